@@ -1,0 +1,34 @@
+"""Attention Is All You Need, end to end: data -> BPE -> training -> averaging -> beam search ->
+BLEU -> Tables 2 and 3. Every step is a call to the `reproduce` package's command line.
+
+    snakemake --cores 2 all                                  # the embedded tiny default
+    snakemake --cores 2 results/tiny/A_h1/bleu.json          # one variant's chain only
+    snakemake --profile slurm all                            # the paper's WMT14 runs on Slurm
+"""
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "configs/pipelines/tiny.yaml"
+
+
+validate(config, "workflow/schemas/pipeline.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+
+
+onstart:
+    shell(f"{REPRODUCE} init-tracking --results {RESULTS}")
+
+
+rule all:
+    default_target: True
+    input:
+        [table_files(dataset) for dataset in EXPERIMENTS],

@@ -1,0 +1,3 @@
+from reproduce.cli import main
+
+main()

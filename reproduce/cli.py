@@ -1,0 +1,299 @@
+"""Command line of the package: one sub-command per pipeline stage (``python -m reproduce --help``).
+
+Each command takes explicit input and output paths, so that the Snakemake rules (and users) call
+the stages one by one. Heavy imports happen inside the commands to keep ``--help`` fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from reproduce.config import ConfigError, Experiment, load_experiment
+
+log = logging.getLogger("reproduce")
+
+
+def _experiment(args: argparse.Namespace) -> Experiment:
+    return load_experiment(args.experiment)
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    temporary.replace(path)
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------------
+def cmd_download(args: argparse.Namespace) -> None:
+    from reproduce.data.download import download_source
+
+    experiment = _experiment(args)
+    sources = {source.name: source for source in getattr(experiment.data, args.split)}
+    if args.source not in sources:
+        raise ConfigError(
+            f"{args.experiment}: data.{args.split} has no source named {args.source!r}"
+            f" (known: {', '.join(sources)})"
+        )
+    mirror = Path(experiment.data.mirror_dir) if experiment.data.mirror_dir else None
+    download_source(sources[args.source], Path(args.out_dir), mirror_dir=mirror)
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from reproduce.data.prepare import prepare_split
+
+    experiment = _experiment(args)
+    prepare_split(
+        sources=getattr(experiment.data, args.split),
+        split=args.split,
+        download_dir=Path(args.downloads),
+        out_dir=Path(args.out_dir),
+        cleaning=experiment.data.cleaning,
+    )
+
+
+def cmd_train_bpe(args: argparse.Namespace) -> None:
+    from reproduce.data.bpe import train_sentencepiece
+
+    experiment = _experiment(args)
+    train_sentencepiece(
+        Path(args.source), Path(args.target), experiment.bpe, Path(args.model_prefix)
+    )
+
+
+def cmd_encode(args: argparse.Namespace) -> None:
+    from reproduce.data.bpe import encode_split
+
+    encode_split(Path(args.spm_model), Path(args.source), Path(args.target), Path(args.out_dir))
+
+
+def cmd_make_tiny_corpus(args: argparse.Namespace) -> None:
+    from reproduce.data.tiny_corpus import write_tiny_corpus_archive
+
+    write_tiny_corpus_archive(Path(args.out))
+
+
+# ------------------------------------------------------------------------------------------------
+# Training
+# ------------------------------------------------------------------------------------------------
+def cmd_init_tracking(args: argparse.Namespace) -> None:
+    from reproduce.tracking import initialise_store
+
+    print(f"MLflow store: {initialise_store(Path(args.results))}", file=sys.stderr)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from reproduce.training.launch import launch_training
+
+    experiment = _experiment(args)
+    variant = experiment.variant(args.variant)
+    _set_threads(args.threads)
+    launch_training(
+        experiment=experiment,
+        variant=variant,
+        train_dir=Path(args.train_data),
+        dev_dir=Path(args.dev_data),
+        output_dir=Path(args.out_dir),
+        results_dir=Path(args.results),
+        launcher=args.launcher,
+        tasks=args.tasks,
+        threads=args.threads,
+    )
+
+
+def cmd_average(args: argparse.Namespace) -> None:
+    from reproduce.averaging import average_last
+
+    average_last(Path(args.checkpoint_dir), args.last, Path(args.out))
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+# ------------------------------------------------------------------------------------------------
+def cmd_decode(args: argparse.Namespace) -> None:
+    from reproduce.decoding.translate import translate_file
+
+    experiment = _experiment(args)
+    _set_threads(args.threads)
+    translate_file(
+        checkpoint=Path(args.checkpoint),
+        spm_model=Path(args.spm_model),
+        source=Path(args.source),
+        out=Path(args.out),
+        decoding=experiment.variant(args.variant).decoding,
+    )
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    from reproduce.scoring.bleu import score_translations
+    from reproduce.scoring.perplexity import checkpoint_perplexity
+    from reproduce.tracking import find_variant_run
+
+    experiment = _experiment(args)
+    _set_threads(args.threads)
+    scores = {"split": args.split, "checkpoint": args.checkpoint_name}
+    scores |= score_translations(
+        Path(args.translations), Path(args.reference), experiment.target_lang
+    )
+    scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
+    _write_json(Path(args.out), scores)
+    run = find_variant_run(Path(args.results), experiment.name, args.variant)
+    if run is not None:
+        prefix = f"{args.split}_{args.checkpoint_name}"
+        run.log_metrics(
+            {
+                f"{prefix}_sacrebleu": scores["sacrebleu"],
+                f"{prefix}_tokenized_bleu": scores["tokenized_bleu"],
+                f"{prefix}_perplexity": scores["perplexity"],
+            },
+            step=0,
+        )
+        run.log_artifact(Path(args.translations), "translations")
+        run.log_artifact(Path(args.out), "scores")
+    log.info("%s", json.dumps(scores))
+
+
+def cmd_summarize(args: argparse.Namespace) -> None:
+    summary = {
+        "dataset": args.dataset,
+        "variant": args.variant,
+        "dev": json.loads(Path(args.dev).read_text()),
+        "test": json.loads(Path(args.test).read_text()),
+    }
+    _write_json(Path(args.out), summary)
+
+
+def cmd_tables(args: argparse.Namespace) -> None:
+    from reproduce.tables.render import render_tables
+    from reproduce.tracking import tables_run
+
+    experiment = _experiment(args)
+    results = Path(args.results)
+    written = render_tables(experiment, results, Path(args.out_dir))
+    with tables_run(results, experiment.name) as run:
+        for path in written:
+            run.log_artifact(path, "tables")
+    for path in written:
+        print(path)
+
+
+# ------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reproduce", description="Reproduce 'Attention Is All You Need', stage by stage."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, handler, help):
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def needs_experiment(sub):
+        sub.add_argument("--experiment", required=True, help="experiment file (configs/*.yaml)")
+
+    sub = command("download", cmd_download, "download one source of an experiment")
+    needs_experiment(sub)
+    sub.add_argument("--split", required=True, choices=["train", "dev", "test"])
+    sub.add_argument("--source", required=True, help="the source's name in the experiment")
+    sub.add_argument("--out-dir", required=True)
+
+    sub = command("prepare", cmd_prepare, "extract, normalise and clean one split")
+    needs_experiment(sub)
+    sub.add_argument("--split", required=True, choices=["train", "dev", "test"])
+    sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
+    sub.add_argument("--out-dir", required=True)
+
+    sub = command("train-bpe", cmd_train_bpe, "train the shared sentencepiece BPE model")
+    needs_experiment(sub)
+    sub.add_argument("--source", required=True)
+    sub.add_argument("--target", required=True)
+    sub.add_argument("--model-prefix", required=True)
+
+    sub = command("encode", cmd_encode, "encode a split into binarized token ids")
+    sub.add_argument("--spm-model", required=True)
+    sub.add_argument("--source", required=True)
+    sub.add_argument("--target", required=True)
+    sub.add_argument("--out-dir", required=True)
+
+    sub = command("make-tiny-corpus", cmd_make_tiny_corpus, "regenerate the tiny corpus archive")
+    sub.add_argument("out", help="the .tgz to write (configs/data/tiny_corpus.tgz)")
+
+    sub = command("init-tracking", cmd_init_tracking, "create the MLflow store")
+    sub.add_argument("--results", required=True)
+
+    sub = command("train", cmd_train, "train one variant (resumes from its checkpoints)")
+    needs_experiment(sub)
+    sub.add_argument("--variant", required=True)
+    sub.add_argument("--train-data", required=True, help="encoded train split")
+    sub.add_argument("--dev-data", required=True, help="encoded dev split")
+    sub.add_argument("--out-dir", required=True, help="the variant's folder")
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
+    sub.add_argument("--launcher", choices=["inline", "local", "slurm"], default="inline")
+    sub.add_argument("--tasks", type=int, default=1, help="processes for the local launcher")
+    sub.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+
+    sub = command("average", cmd_average, "average the last K checkpoints")
+    sub.add_argument("--checkpoint-dir", required=True)
+    sub.add_argument("--last", type=int, required=True)
+    sub.add_argument("--out", required=True)
+
+    sub = command("decode", cmd_decode, "beam-search translation of a source file")
+    needs_experiment(sub)
+    sub.add_argument("--variant", required=True, help="variant whose decoding settings apply")
+    sub.add_argument("--checkpoint", required=True)
+    sub.add_argument("--spm-model", required=True)
+    sub.add_argument("--source", required=True, help="one sentence per line")
+    sub.add_argument("--out", required=True)
+    sub.add_argument("--threads", type=int, default=1)
+
+    sub = command("score", cmd_score, "BLEU (sacreBLEU and tokenized) and perplexity")
+    needs_experiment(sub)
+    sub.add_argument("--variant", required=True)
+    sub.add_argument("--split", required=True, choices=["dev", "test"])
+    sub.add_argument("--checkpoint-name", required=True, choices=["last", "averaged"])
+    sub.add_argument("--translations", required=True)
+    sub.add_argument("--reference", required=True)
+    sub.add_argument("--checkpoint", required=True)
+    sub.add_argument("--encoded", required=True, help="encoded split for perplexity")
+    sub.add_argument("--results", required=True)
+    sub.add_argument("--out", required=True)
+    sub.add_argument("--threads", type=int, default=1)
+
+    sub = command("summarize", cmd_summarize, "merge a variant's dev and test scores")
+    sub.add_argument("--dataset", required=True)
+    sub.add_argument("--variant", required=True)
+    sub.add_argument("--dev", required=True)
+    sub.add_argument("--test", required=True)
+    sub.add_argument("--out", required=True)
+
+    sub = command("tables", cmd_tables, "render Tables 2 and 3 from whatever has finished")
+    needs_experiment(sub)
+    sub.add_argument("--results", required=True)
+    sub.add_argument("--out-dir", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        args.handler(args)
+    except (ConfigError, FileNotFoundError, ValueError) as error:
+        sys.exit(f"reproduce {args.command}: error: {error}")

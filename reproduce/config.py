@@ -1,0 +1,305 @@
+"""Experiments as data: the schema of an experiment file and the resolution of its variants.
+
+An *experiment file* (``configs/<dataset>.yaml``) describes one dataset end to end: where its
+corpora come from, how they are cleaned, the shared sentencepiece vocabulary, the base model and
+training hyper-parameters (paper section 5), decoding (section 6.1), and the named *variants*
+(Table 3's rows), each a set of overrides of the base.
+
+Every model here forbids unknown keys, so that a typo stops the run at start-up with a message
+naming the file and the key (:class:`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A configuration file is missing, unreadable or does not match the schema."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+class Source(Strict):
+    """One corpus inside one downloadable file (an archive or a plain file).
+
+    ``members`` names the source-side and target-side files inside the archive (for ``text`` and
+    ``sgm``) or the single file holding both sides (for ``tsv``, source in column 0 and target in
+    column 1). For a plain, non-archive download leave ``members`` empty.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    format: Literal["text", "sgm", "tsv"] = "text"
+    source_member: str | None = None
+    target_member: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if not url.startswith(("http://", "https://", "file:")):
+            raise ValueError(
+                f"expected an http://, https:// or file: URL (file:relative/path is relative to "
+                f"the working directory), got {url!r}"
+            )
+        return url
+
+    @model_validator(mode="after")
+    def _members_fit_format(self) -> "Source":
+        if self.format == "tsv" and self.target_member is not None:
+            raise ValueError("a tsv source holds both sides in source_member; drop target_member")
+        if self.format != "tsv" and (self.source_member is None) != (self.target_member is None):
+            raise ValueError("give both source_member and target_member, or neither")
+        return self
+
+
+class Cleaning(Strict):
+    """Filters applied to training pairs only (dev/test are never filtered)."""
+
+    max_tokens: int = Field(default=250, gt=0)
+    max_length_ratio: float = Field(default=1.5, ge=1.0)
+    unicode_normalization: Literal["NFC", "NFKC", "none"] = "NFKC"
+
+
+class DataConfig(Strict):
+    train: list[Source] = Field(min_length=1)
+    dev: list[Source] = Field(min_length=1)
+    test: list[Source] = Field(min_length=1)
+    cleaning: Cleaning = Cleaning()
+    # A folder of pre-downloaded archives (named as the download step names them), for clusters
+    # without internet access. Relative paths are relative to the working directory.
+    mirror_dir: str | None = None
+
+
+class BpeConfig(Strict):
+    """Shared source/target sentencepiece vocabulary (paper section 5.1)."""
+
+    vocab_size: int = Field(gt=0)
+    model_type: Literal["bpe", "unigram"] = "bpe"
+    input_sentence_size: int = Field(default=10_000_000, gt=0)
+    character_coverage: float = Field(default=1.0, gt=0, le=1)
+    seed: int = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Model, training, decoding
+# --------------------------------------------------------------------------------------------
+class ModelConfig(Strict):
+    """Hyper-parameters of Table 3's columns (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls)."""
+
+    layers: int = Field(default=6, gt=0)
+    d_model: int = Field(default=512, gt=0)
+    d_ff: int = Field(default=2048, gt=0)
+    heads: int = Field(default=8, gt=0)
+    d_k: int = Field(default=64, gt=0)
+    d_v: int = Field(default=64, gt=0)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    # Dropout on attention weights: not in the paper's text (tensor2tensor's base used 0.0).
+    attention_dropout: float = Field(default=0.0, ge=0, lt=1)
+    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    # Longest position a learned embedding (row E) can represent.
+    max_positions: int = Field(default=1024, gt=0)
+
+
+class CheckpointConfig(Strict):
+    every_steps: int = Field(default=1000, gt=0)
+    # Also save when this many minutes of wall-clock time passed since the last save
+    # (paper: 10-minute intervals). 0 disables the wall-clock trigger.
+    every_minutes: float = Field(default=10.0, ge=0)
+    keep_last: int = Field(default=20, gt=0)
+
+
+class TrainingConfig(Strict):
+    """Section 5.2-5.4: batching by token count, Adam, eq. 3's learning rate."""
+
+    steps: int = Field(gt=0)
+    # Source and target tokens per optimizer step, summed over all GPUs (paper: ~25,000 each).
+    # Constant whatever the number of GPUs: gradient accumulation makes up the difference.
+    tokens_per_step: int = Field(default=25_000, gt=0)
+    # Largest number of tokens (per side) in one forward/backward on one device.
+    max_tokens_per_device: int = Field(default=4096, gt=0)
+    warmup_steps: int = Field(default=4000, gt=0)
+    lr_scale: float = Field(default=1.0, gt=0)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    max_source_tokens: int = Field(default=256, gt=0)
+    seed: int = 1
+    log_every_steps: int = Field(default=100, gt=0)
+    eval_every_steps: int = Field(default=1000, gt=0)
+    checkpoints: CheckpointConfig = CheckpointConfig()
+    # Checkpoints averaged for the final model (paper: 5 base, 20 big).
+    average_last: int = Field(default=5, gt=0)
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+    @model_validator(mode="after")
+    def _enough_checkpoints_kept(self) -> "TrainingConfig":
+        if self.checkpoints.keep_last < self.average_last:
+            raise ValueError(
+                f"checkpoints.keep_last ({self.checkpoints.keep_last}) must be >= average_last "
+                f"({self.average_last}), or the checkpoints to average would be deleted"
+            )
+        return self
+
+
+class DecodingConfig(Strict):
+    """Section 6.1: beam 4, alpha 0.6, max output length = input length + 50."""
+
+    beam_size: int = Field(default=4, gt=0)
+    length_penalty: float = Field(default=0.6, ge=0)
+    max_length_offset: int = Field(default=50, ge=0)
+    max_sentences_per_batch: int = Field(default=64, gt=0)
+
+
+class Resources(Strict):
+    """Cluster resources of a variant's training job (used by the Slurm launcher)."""
+
+    gpus: int = Field(default=1, ge=0)
+    nodes: int = Field(default=1, gt=0)
+    cpus_per_gpu: int = Field(default=4, gt=0)
+    mem_gb: int = Field(default=64, gt=0)
+    time_minutes: int = Field(default=24 * 60, gt=0)
+    partition: str | None = None
+
+
+class Variant(Strict):
+    """One row of Table 3 (or the base/big models of Table 2) as overrides of the base."""
+
+    description: str = ""
+    # Label of the row group in Table 3 ("base", "A", ..., "E", "big"); None keeps it out.
+    table3_row: str | None = None
+    model: dict[str, Any] = {}
+    training: dict[str, Any] = {}
+    decoding: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
+
+
+class ResolvedVariant(Strict):
+    """A variant with its overrides applied: everything needed to train and decode it."""
+
+    name: str
+    description: str
+    table3_row: str | None
+    model: ModelConfig
+    training: TrainingConfig
+    decoding: DecodingConfig
+    resources: Resources
+
+
+class TablesConfig(Strict):
+    # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)".
+    table2: dict[Literal["base", "big"], str] = {}
+    # Peak single-precision rate used for the paper-style FLOPs estimate (paper: P100 = 9.5e12).
+    gpu_flops_per_second: float = Field(default=9.5e12, gt=0)
+    # Which of the paper's language pairs our numbers are shown beside.
+    paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
+
+
+class Experiment(Strict):
+    """A whole experiment file: one dataset with its model variants."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    source_lang: str
+    target_lang: str
+    data: DataConfig
+    bpe: BpeConfig
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig
+    decoding: DecodingConfig = DecodingConfig()
+    resources: Resources = Resources()
+    variants: dict[str, Variant] = Field(min_length=1)
+    tables: TablesConfig = TablesConfig()
+    # Dev/test splits decoded for every variant.
+    splits: list[Literal["dev", "test"]] = ["dev", "test"]
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, variants: dict[str, Variant]) -> dict[str, Variant]:
+        for name in variants:
+            if not name.replace("_", "").isalnum():
+                raise ValueError(f"variant name {name!r} must be letters, digits and underscores")
+        return variants
+
+    @model_validator(mode="after")
+    def _variants_resolve(self) -> "Experiment":
+        for name in self.variants:
+            self.variant(name)  # raises a ValueError naming the bad override
+        for role, name in self.tables.table2.items():
+            if name not in self.variants:
+                raise ValueError(f"tables.table2.{role} names unknown variant {name!r}")
+        return self
+
+    def variant(self, name: str) -> ResolvedVariant:
+        """The base hyper-parameters with variant ``name``'s overrides applied."""
+        if name not in self.variants:
+            raise KeyError(f"unknown variant {name!r}; known: {', '.join(self.variants)}")
+        spec = self.variants[name]
+        sections = {}
+        for section, schema in (
+            ("model", ModelConfig),
+            ("training", TrainingConfig),
+            ("decoding", DecodingConfig),
+            ("resources", Resources),
+        ):
+            merged = _deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
+            try:
+                sections[section] = schema.model_validate(merged)
+            except ValidationError as error:
+                raise ValueError(
+                    f"variants.{name}.{section}: {_describe(error, prefix='')}"
+                ) from None
+        return ResolvedVariant(
+            name=name, description=spec.description, table3_row=spec.table3_row, **sections
+        )
+
+
+def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(error: ValidationError, prefix: str) -> str:
+    lines = []
+    for item in error.errors():
+        location = prefix + ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif not isinstance(item.get("input"), (dict, list)):
+            message += f" (got {item.get('input')!r})"
+        lines.append(f"{location}: {message}" if location else message)
+    return "; ".join(lines)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file; errors name the file and the offending key."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read experiment file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(f"{path}: {_describe(error, prefix='')}") from None

@@ -1,0 +1,104 @@
+"""Experiment files: every Table 3 row is a variant, and bad input names the file and the key."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reproduce.config import ConfigError, load_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TABLE3 = {  # variant: (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positional, steps)
+    "base": (6, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "A_h1": (6, 512, 2048, 1, 512, 512, 0.1, 0.1, "sinusoidal", 100_000),
+    "A_h4": (6, 512, 2048, 4, 128, 128, 0.1, 0.1, "sinusoidal", 100_000),
+    "A_h16": (6, 512, 2048, 16, 32, 32, 0.1, 0.1, "sinusoidal", 100_000),
+    "A_h32": (6, 512, 2048, 32, 16, 16, 0.1, 0.1, "sinusoidal", 100_000),
+    "B_dk16": (6, 512, 2048, 8, 16, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "B_dk32": (6, 512, 2048, 8, 32, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_n2": (2, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_n4": (4, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_n8": (8, 512, 2048, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_d256": (6, 256, 2048, 8, 32, 32, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_d1024": (6, 1024, 2048, 8, 128, 128, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_ff1024": (6, 512, 1024, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "C_ff4096": (6, 512, 4096, 8, 64, 64, 0.1, 0.1, "sinusoidal", 100_000),
+    "D_drop0": (6, 512, 2048, 8, 64, 64, 0.0, 0.1, "sinusoidal", 100_000),
+    "D_drop02": (6, 512, 2048, 8, 64, 64, 0.2, 0.1, "sinusoidal", 100_000),
+    "D_ls0": (6, 512, 2048, 8, 64, 64, 0.1, 0.0, "sinusoidal", 100_000),
+    "D_ls02": (6, 512, 2048, 8, 64, 64, 0.1, 0.2, "sinusoidal", 100_000),
+    "E_learned": (6, 512, 2048, 8, 64, 64, 0.1, 0.1, "learned", 100_000),
+    "big": (6, 1024, 4096, 16, 64, 64, 0.3, 0.1, "sinusoidal", 300_000),
+}
+
+
+def test_wmt14_en_de_holds_every_table3_row_with_the_papers_hyper_parameters():
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    assert set(experiment.variants) == set(TABLE3)
+    for name, expected in TABLE3.items():
+        variant = experiment.variant(name)
+        m = variant.model
+        actual = (m.layers, m.d_model, m.d_ff, m.heads, m.d_k, m.d_v, m.dropout,
+                  m.label_smoothing, m.positional, variant.training.steps)
+        assert actual == expected, name
+    assert experiment.bpe.vocab_size == 37000
+    assert experiment.variant("base").training.average_last == 5
+    assert experiment.variant("big").training.average_last == 20
+
+
+def test_wmt14_en_fr_big_uses_dropout_0_1_and_32k_vocabulary():
+    experiment = load_experiment(ROOT / "configs/wmt14_en_fr.yaml")
+    assert experiment.variant("big").model.dropout == 0.1
+    assert experiment.bpe.vocab_size == 32000
+
+
+def test_paper_training_settings_are_the_defaults():
+    training = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("base").training
+    assert (training.adam_beta1, training.adam_beta2, training.adam_eps) == (0.9, 0.98, 1e-9)
+    assert training.warmup_steps == 4000 and training.tokens_per_step == 25_000
+    decoding = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("base").decoding
+    assert (decoding.beam_size, decoding.length_penalty, decoding.max_length_offset) == (4, 0.6, 50)
+
+
+def _write_tiny_with(tmp_path, edit):
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    edit(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_misspelt_key_is_rejected_naming_the_file_and_the_key(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["model"].update(d_modle=64))
+    with pytest.raises(ConfigError, match=r"bad\.yaml: model\.d_modle: unknown key"):
+        load_experiment(path)
+
+
+def test_a_wrong_type_is_rejected_naming_the_key(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(steps="many"))
+    with pytest.raises(ConfigError, match=r"training\.steps"):
+        load_experiment(path)
+
+
+def test_a_bad_variant_override_names_the_variant(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["A_h1"]["model"].update(hedas=2))
+    with pytest.raises(ConfigError, match=r"variants\.A_h1\.model: hedas: unknown key"):
+        load_experiment(path)
+
+
+def test_an_unknown_data_format_is_rejected(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["data"]["dev"][0].update(format="xml"))
+    with pytest.raises(ConfigError, match=r"data\.dev\.0\.format"):
+        load_experiment(path)
+
+
+def test_averaging_more_checkpoints_than_kept_is_rejected(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(average_last=50))
+    with pytest.raises(ConfigError, match=r"keep_last"):
+        load_experiment(path)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"nothere\.yaml: cannot read"):
+        load_experiment(tmp_path / "nothere.yaml")

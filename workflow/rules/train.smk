@@ -1,0 +1,38 @@
+"""Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints."""
+
+
+rule train:
+    input:
+        train=f"{RESULTS}/{{dataset}}/encoded/train",
+        dev=f"{RESULTS}/{{dataset}}/encoded/dev",
+    output:
+        final=f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
+        summary=f"{RESULTS}/{{dataset}}/{{variant}}/train/summary.json",
+    params:
+        experiment=experiment_file,
+        launcher=config["training"]["launcher"],
+        tasks=config["training"].get("tasks", 1),
+    threads: config["training"].get("threads", 1)
+    log:
+        f"{RESULTS}/logs/{{dataset}}/train_{{variant}}.log",
+    shell:
+        "{REPRODUCE} train --experiment {params.experiment} --variant {wildcards.variant}"
+        " --train-data {input.train} --dev-data {input.dev}"
+        " --out-dir {RESULTS}/{wildcards.dataset}/{wildcards.variant} --results {RESULTS}"
+        " --launcher {params.launcher} --tasks {params.tasks} --threads {threads} 2> {log}"
+
+
+rule average:
+    input:
+        f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
+    output:
+        f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
+    params:
+        last=lambda wildcards: EXPERIMENTS[wildcards.dataset]
+        .variant(wildcards.variant)
+        .training.average_last,
+    log:
+        f"{RESULTS}/logs/{{dataset}}/average_{{variant}}.log",
+    shell:
+        "{REPRODUCE} average --checkpoint-dir {RESULTS}/{wildcards.dataset}/{wildcards.variant}/checkpoints"
+        " --last {params.last} --out {output} 2> {log}"
