@@ -12,11 +12,14 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 import mlflow
 from mlflow.tracking import MlflowClient
+
+if TYPE_CHECKING:
+    from reproduce.config import ResolvedVariant
 
 RUN_ID_FILE = "mlflow_run_id"
 
@@ -116,8 +119,11 @@ def start_variant_run(
     recorded = run_id_dir / RUN_ID_FILE
     if recorded.exists():
         run_id = recorded.read_text().strip()
-        client.update_run(run_id, status="RUNNING")
-        return VariantRun(client, run_id)
+        try:
+            client.update_run(run_id, status="RUNNING")
+            return VariantRun(client, run_id)
+        except mlflow.exceptions.MlflowException:
+            pass  # recorded in another store (MLFLOW_TRACKING_URI changed): start a new run
     run = client.create_run(
         _experiment_id(client, dataset),
         run_name=variant,
@@ -150,13 +156,33 @@ def find_variant_run(results_dir: Path, dataset: str, variant: str) -> VariantRu
 
 @contextmanager
 def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
-    """A run named 'tables' in the dataset's experiment, holding the rendered tables."""
+    """The run named 'tables' of the dataset's experiment (reused), holding the rendered tables."""
     client = _client(results_dir)
-    run = client.create_run(
-        _experiment_id(client, dataset),
-        run_name="tables",
-        tags={"dataset": dataset, "kind": "tables", "git_commit": git_commit()},
-    )
-    tracked = VariantRun(client, run.info.run_id)
+    experiment_id = _experiment_id(client, dataset)
+    existing = client.search_runs([experiment_id], filter_string="tags.kind = 'tables'")
+    if existing:
+        run_id = existing[0].info.run_id
+    else:
+        run_id = client.create_run(
+            experiment_id, run_name="tables", tags={"dataset": dataset, "kind": "tables"}
+        ).info.run_id
+    tracked = VariantRun(client, run_id)
+    tracked.set_tags({"git_commit": git_commit()})
     yield tracked
     tracked.finish()
+
+
+def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
+    """A variant's resolved hyper-parameters as MLflow params: ``model.d_model``, ``training.steps``..."""
+    params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
+    for section in ("model", "training", "decoding", "resources"):
+        _flatten(getattr(variant, section).model_dump(), section, params)
+    return params
+
+
+def _flatten(values: dict[str, Any], prefix: str, into: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            _flatten(value, f"{prefix}.{key}", into)
+        else:
+            into[f"{prefix}.{key}"] = value

@@ -1,0 +1,126 @@
+"""The real Snakemake DAG, end to end, on a shortened tiny experiment in a temporary folder."""
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+VARIANTS = ["base", "E_learned", "big"]
+
+pytestmark = pytest.mark.slow
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SNAKEMAKE, "--cores", "2", "--configfile", "pipeline.yaml", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=1200,
+    )
+
+
+def _planned_jobs(workdir: Path, *targets: str) -> dict[str, int]:
+    """Rule name -> job count of a dry run (an empty dict when there is nothing to do)."""
+    result = _snakemake(workdir, "--dry-run", "--quiet", "rules", *targets)
+    assert result.returncode == 0, result.stderr
+    jobs = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("pipeline")
+    for item in ("Snakefile", "workflow", "configs"):
+        source = ROOT / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / item)
+    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    experiment["training"]["steps"] = 200
+    experiment["training"]["eval_every_steps"] = 100
+    experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
+    (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    pipeline_config = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline_config))
+    result = _snakemake(workdir, "all")
+    assert result.returncode == 0, result.stderr[-5000:]
+    return workdir
+
+
+def test_tables_hold_real_numbers_for_every_variant(pipeline):
+    tables = pipeline / "results/tiny/tables"
+    for name in ("table2.md", "table2.csv", "table3.md", "table3.csv"):
+        assert (tables / name).stat().st_size > 100, name
+    for name in ("bleu_vs_parameters.png", "dev_perplexity.png"):
+        assert (tables / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table3 = pd.read_csv(tables / "table3.csv")
+    assert len(table3) == len(VARIANTS)
+    assert "4.92" in (tables / "table3.md").read_text()  # the paper's base PPL beside ours
+
+
+def test_each_variant_was_trained_decoded_and_scored(pipeline):
+    for variant in VARIANTS:
+        folder = pipeline / "results/tiny" / variant
+        summary = json.loads((folder / "train/summary.json").read_text())
+        assert summary["steps"] == 200
+        scores = json.loads((folder / "bleu.json").read_text())
+        for split in ("dev", "test"):
+            assert 0.0 <= scores[split]["sacrebleu"] <= 100.0
+            assert 1.0 < scores[split]["perplexity"] < 600.0
+        test_source = (pipeline / "results/tiny/data/test.src").read_text().splitlines()
+        hypotheses = (folder / "translations/test.averaged.txt").read_text().splitlines()
+        assert len(hypotheses) == len(test_source)
+        assert sum(1 for line in hypotheses if line.strip()) > 0.9 * len(hypotheses)
+
+
+def test_the_trained_base_model_beats_chance_by_far(pipeline):
+    scores = json.loads((pipeline / "results/tiny/base/bleu.json").read_text())
+    assert scores["test"]["sacrebleu"] > 20.0
+
+
+def test_mlflow_holds_one_run_per_variant_with_curves_and_bleu(pipeline):
+    with sqlite3.connect(pipeline / "results/mlflow.db") as store:
+        runs = dict(store.execute(
+            "SELECT tags.value, runs.run_uuid FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid"
+            " WHERE tags.key = 'variant'"
+        ).fetchall())
+        assert sorted(runs) == sorted(VARIANTS)
+        for run_id in runs.values():
+            keys = {row[0] for row in store.execute(
+                "SELECT DISTINCT key FROM metrics WHERE run_uuid = ?", (run_id,)
+            )}
+            assert {"train_loss", "lr", "dev_perplexity", "test_averaged_sacrebleu"} <= keys
+            params = {row[0] for row in store.execute(
+                "SELECT key FROM params WHERE run_uuid = ?", (run_id,)
+            )}
+            assert {"model.d_model", "training.warmup_steps"} <= params
+
+
+def test_a_second_run_rebuilds_nothing(pipeline):
+    assert _planned_jobs(pipeline, "all") == {}
+
+
+def test_deleting_one_checkpoint_rebuilds_that_variant_only(pipeline):
+    (pipeline / "results/tiny/E_learned/train/final.pt").unlink()
+    planned = _planned_jobs(pipeline, "all")
+    assert planned["train"] == 1
+    assert "prepare" not in planned and "train_bpe" not in planned
+    result = _snakemake(pipeline, "--dry-run", "all")
+    assert "variant=E_learned" in result.stdout
+    assert "variant=base" not in result.stdout and "variant=big" not in result.stdout
+
+
+def test_one_variants_target_plans_only_that_variant(pipeline):
+    shutil.rmtree(pipeline / "results/tiny/big/scores")
+    result = _snakemake(pipeline, "--dry-run", "results/tiny/big/bleu.json")
+    assert result.returncode == 0
+    assert "variant=big" in result.stdout
+    assert "variant=E_learned" not in result.stdout and "variant=base" not in result.stdout
