@@ -54,7 +54,7 @@ def translate_sentences(
             model,
             source.to(device),
             beam_size=decoding.beam_size,
-            length_penalty=decoding.length_penalty,
+            alpha=decoding.length_penalty,
             max_length_offset=decoding.max_length_offset,
         )
         for index, tokens in zip(batch, hypotheses):

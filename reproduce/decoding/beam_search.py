@@ -1,0 +1,149 @@
+"""Beam search (section 6.1): beam size 4, length penalty alpha = 0.6, maximum output length =
+input length + 50, terminating early when possible.
+
+Hypotheses are ranked by ``log p(Y | X) / lp(Y)`` with GNMT's length penalty
+``lp(Y) = ((5 + |Y|) / 6) ** alpha`` (Wu et al., 2016), where ``|Y|`` counts the generated
+tokens including the closing EOS. Each step extends the live hypotheses by every token and takes
+the ``2 * beam_size`` best candidates: those among the first ``beam_size`` that end with EOS join
+the ``beam_size`` best finished hypotheses, and the ``beam_size`` best that do not end stay alive
+(as fairseq does; with a beam of 1 this is exactly greedy decoding).
+
+Early termination per sentence is exact: a live hypothesis with log-probability ``s <= 0`` can at
+best reach ``s / lp(L_max)`` (log-probabilities only decrease, and ``lp`` grows with length for
+alpha >= 0), so a sentence stops as soon as its best finished score is at least that bound.
+
+All sentences of a batch are decoded together: the loop runs over time steps, never over
+sentences; keys and values of the prefix are cached (:class:`DecoderCache`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from reproduce.model.transformer import DecoderCache, Transformer
+from reproduce.special_tokens import BOS, EOS, PAD
+
+NEGATIVE_INFINITY = float("-inf")
+
+
+def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _max_output_lengths(source: Tensor, max_length_offset: int) -> Tensor:
+    """Per sentence: real source tokens (its EOS included) + offset = most tokens incl. EOS."""
+    return source.ne(PAD).sum(dim=1) + max_length_offset
+
+
+def _next_token_log_probs(
+    model: Transformer, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
+    max_lengths: Tensor,
+) -> Tensor:
+    """log p(next token) ``[rows, V]``: PAD and BOS never generated, EOS forced at max length."""
+    logits = model.decode(last_tokens.unsqueeze(1), encoded, cache)[:, -1].float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    log_probs[:, PAD] = NEGATIVE_INFINITY
+    log_probs[:, BOS] = NEGATIVE_INFINITY
+    at_limit = max_lengths.le(step)
+    if at_limit.any():
+        eos_column = log_probs[:, EOS].clone()
+        log_probs[at_limit] = NEGATIVE_INFINITY
+        log_probs[at_limit, EOS] = eos_column[at_limit]
+    return log_probs
+
+
+@torch.inference_mode()
+def beam_search(
+    model: Transformer,
+    source: Tensor,  # [B, S], right-padded, each sentence ending with EOS
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_length_offset: int = 50,
+) -> list[list[int]]:
+    """The best hypothesis of each sentence, as token ids without BOS and EOS."""
+    model.eval()
+    batch, beam, device = source.size(0), beam_size, source.device
+    encoded = model.encode(source)
+    encoded = encoded.select(torch.arange(batch, device=device).repeat_interleave(beam))
+    max_lengths = _max_output_lengths(source, max_length_offset)  # [B]
+    row_max_lengths = max_lengths.repeat_interleave(beam)  # [B*K]
+    longest = int(max_lengths.max())
+    lp_at_limit = length_penalty(max_lengths.float(), alpha)  # [B]
+
+    # Live hypotheses: only beam 0 starts alive, so the first step expands a single prefix.
+    alive_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
+    alive_scores[:, 0] = 0.0
+    alive_tokens = torch.full((batch, beam, 1), BOS, dtype=torch.long, device=device)
+    finished_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
+    finished_tokens = torch.full((batch, beam, 1), PAD, dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    cache = DecoderCache()
+    batch_offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # [B, 1]
+
+    for step in range(1, longest + 1):
+        log_probs = _next_token_log_probs(
+            model, alive_tokens[:, :, -1].reshape(-1), encoded, cache, step, row_max_lengths
+        )
+        vocab = log_probs.size(-1)
+        candidates = (alive_scores.unsqueeze(-1) + log_probs.view(batch, beam, vocab))
+        candidates = candidates.view(batch, beam * vocab)
+        top_scores, top_indices = candidates.topk(min(2 * beam, beam * vocab), dim=1)  # [B, 2K]
+        origins, tokens = top_indices // vocab, top_indices % vocab
+        extended = torch.cat(
+            [alive_tokens.gather(1, origins.unsqueeze(-1).expand(-1, -1, step)),
+             tokens.unsqueeze(-1)], dim=-1,
+        )  # [B, 2K, step+1]
+        eos = tokens.eq(EOS)
+        rank = torch.arange(top_scores.size(1), device=device).expand_as(top_scores)
+        ends = eos & rank.lt(beam) & top_scores.gt(NEGATIVE_INFINITY)
+
+        # Finished: merge the new EOS hypotheses (length-normalised) into the best K so far.
+        normalised = torch.where(ends, top_scores / length_penalty(float(step), alpha),
+                                 torch.full_like(top_scores, NEGATIVE_INFINITY))
+        padded_finished = torch.cat(
+            [finished_tokens, torch.full_like(finished_tokens[:, :, :1], PAD).expand(
+                -1, -1, step + 1 - finished_tokens.size(2))], dim=-1,
+        )
+        pool_scores = torch.cat([finished_scores, normalised], dim=1)  # [B, 3K]
+        pool_tokens = torch.cat([padded_finished, extended], dim=1)
+        finished_scores, best = pool_scores.topk(beam, dim=1)
+        finished_tokens = pool_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, step + 1))
+
+        # Alive: the best K candidates that did not end (stable: rank order among them kept).
+        keep = (eos.long() * top_scores.size(1) + rank).argsort(dim=1)[:, :beam]
+        alive_scores = top_scores.gather(1, keep).masked_fill(eos.gather(1, keep), NEGATIVE_INFINITY)
+        alive_origins = origins.gather(1, keep)
+        alive_tokens = extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, step + 1))
+        cache.reorder((alive_origins + batch_offsets).reshape(-1))
+
+        # Early termination: no live hypothesis can beat the best finished one any more.
+        bound = alive_scores.max(dim=1).values / lp_at_limit
+        done |= finished_scores[:, 0].ge(bound) | max_lengths.le(step)
+        if bool(done.all()):
+            break
+        alive_scores = alive_scores.masked_fill(done.unsqueeze(1), NEGATIVE_INFINITY)
+
+    best_tokens = finished_tokens[:, 0, 1:].tolist()  # drop BOS
+    return [[token for token in row if token not in (EOS, PAD)] for row in best_tokens]
+
+
+@torch.inference_mode()
+def greedy_search(model: Transformer, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
+    """Arg-max decoding with the same length limit (the reference for beam size 1)."""
+    model.eval()
+    batch, device = source.size(0), source.device
+    encoded = model.encode(source)
+    max_lengths = _max_output_lengths(source, max_length_offset)
+    tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    cache = DecoderCache()
+    for step in range(1, int(max_lengths.max()) + 1):
+        log_probs = _next_token_log_probs(model, tokens[:, -1], encoded, cache, step, max_lengths)
+        chosen = log_probs.argmax(dim=-1).masked_fill(ended, PAD)
+        tokens = torch.cat([tokens, chosen.unsqueeze(1)], dim=1)
+        ended |= chosen.eq(EOS)
+        if bool(ended.all()):
+            break
+    return [[token for token in row[1:] if token not in (EOS, PAD)] for row in tokens.tolist()]

@@ -1,0 +1,1 @@
+"""The Transformer of section 3, one module per concept of the paper."""

@@ -1,0 +1,113 @@
+"""Multi-head scaled dot-product attention (section 3.2, eq. 1 and the MultiHead formula).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+``d_k`` and ``d_v`` are free (Table 3 rows A and B change them apart from d_model / h). The
+projections of all heads are fused into one matrix multiplication: Q, K and V together for
+self-attention, K and V together for encoder-decoder attention. The attention itself is
+``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-efficient kernels on GPUs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _xavier_blocks(weight: Tensor, sizes: list[int]) -> None:
+    """Xavier-uniform initialisation of each projection inside a fused weight, as if separate."""
+    for block in torch.split(weight.data, sizes, dim=0):
+        nn.init.xavier_uniform_(block)
+
+
+class _HeadsAttention(nn.Module):
+    """Shared part: split heads, attend, merge heads, output projection W^O."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
+        super().__init__()
+        self.heads, self.d_k, self.d_v = heads, d_k, d_v
+        self.dropout = dropout
+        self.output = nn.Linear(heads * d_v, d_model)
+        nn.init.xavier_uniform_(self.output.weight)
+        nn.init.zeros_(self.output.bias)
+
+    def _split(self, x: Tensor, size: int) -> Tensor:  # [B, T, h*size] -> [B, h, T, size]
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, size).transpose(1, 2)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        # q [B, h, Tq, d_k], k [B, h, Tk, d_k], v [B, h, Tk, d_v]; mask True = may attend
+        context = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal,
+            dropout_p=self.dropout if self.training else 0.0,
+        )  # [B, h, Tq, d_v]
+        batch, _, length, _ = context.shape
+        return self.output(context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
+
+
+class SelfAttention(_HeadsAttention):
+    """Queries, keys and values from the same sequence; optionally causal (decoder, section 3.2.3)."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
+        super().__init__(d_model, heads, d_k, d_v, dropout)
+        self.sizes = [heads * d_k, heads * d_k, heads * d_v]
+        self.qkv = nn.Linear(d_model, sum(self.sizes))
+        _xavier_blocks(self.qkv.weight, self.sizes)
+        nn.init.zeros_(self.qkv.bias)
+
+    def forward(
+        self,
+        x: Tensor,  # [B, T, d_model]
+        key_padding: Tensor | None = None,  # [B, T] True at PAD
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        q, k, v = self.qkv(x).split(self.sizes, dim=-1)
+        q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+        mask = None if key_padding is None else ~key_padding[:, None, None, :]
+        if cache is None:
+            return self._attend(q, k, v, mask, causal)
+        # Incremental decoding: the new positions attend to every cached one and to themselves.
+        previous = 0
+        if "keys" in cache:
+            previous = cache["keys"].size(2)
+            k = torch.cat([cache["keys"], k], dim=2)
+            v = torch.cat([cache["values"], v], dim=2)
+        cache["keys"], cache["values"] = k, v
+        new = q.size(2)
+        if causal and new > 1:
+            mask = torch.ones(new, previous + new, dtype=torch.bool, device=x.device).tril(previous)
+        return self._attend(q, k, v, mask, causal=False)
+
+
+class CrossAttention(_HeadsAttention):
+    """Encoder-decoder attention: queries from the decoder, keys and values from the encoder."""
+
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
+        super().__init__(d_model, heads, d_k, d_v, dropout)
+        self.query = nn.Linear(d_model, heads * d_k)
+        self.kv_sizes = [heads * d_k, heads * d_v]
+        self.kv = nn.Linear(d_model, sum(self.kv_sizes))
+        nn.init.xavier_uniform_(self.query.weight)
+        _xavier_blocks(self.kv.weight, self.kv_sizes)
+        nn.init.zeros_(self.query.bias)
+        nn.init.zeros_(self.kv.bias)
+
+    def forward(
+        self,
+        x: Tensor,  # [B, T, d_model]
+        memory: Tensor,  # [B, S, d_model]
+        memory_padding: Tensor,  # [B, S] True at PAD
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        q = self._split(self.query(x), self.d_k)
+        if cache is not None and "keys" in cache:
+            k, v = cache["keys"], cache["values"]  # computed once per sentence
+        else:
+            k, v = self.kv(memory).split(self.kv_sizes, dim=-1)
+            k, v = self._split(k, self.d_k), self._split(v, self.d_v)
+            if cache is not None:
+                cache["keys"], cache["values"] = k, v
+        return self._attend(q, k, v, ~memory_padding[:, None, None, :], causal=False)

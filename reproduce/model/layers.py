@@ -1,0 +1,71 @@
+"""Encoder and decoder layers (section 3.1), each sub-layer wrapped as in section 5.4:
+
+    LayerNorm(x + Dropout(Sublayer(x)))      (post-layer-norm residual connection)
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from reproduce.config import ModelConfig
+from reproduce.model.attention import CrossAttention, SelfAttention
+from reproduce.model.feed_forward import PositionwiseFeedForward
+
+
+class Residual(nn.Module):
+    """Dropout on a sub-layer's output, residual add, then layer normalisation."""
+
+    def __init__(self, d_model: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
+        return self.norm(x + self.dropout(sublayer_output))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the position-wise feed-forward network."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = config
+        self.attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
+        self.attention_residual = Residual(c.d_model, c.dropout)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff)
+        self.feed_forward_residual = Residual(c.d_model, c.dropout)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:  # x [B, S, d], padding [B, S]
+        x = self.attention_residual(x, self.attention(x, key_padding=padding))
+        return self.feed_forward_residual(x, self.feed_forward(x))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then the feed-forward network."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        c = config
+        self.self_attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
+        self.self_attention_residual = Residual(c.d_model, c.dropout)
+        self.cross_attention = CrossAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
+        self.cross_attention_residual = Residual(c.d_model, c.dropout)
+        self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff)
+        self.feed_forward_residual = Residual(c.d_model, c.dropout)
+
+    def forward(
+        self,
+        x: Tensor,  # [B, T, d]
+        memory: Tensor,  # [B, S, d]
+        memory_padding: Tensor,  # [B, S]
+        cache: dict[str, dict[str, Tensor]] | None = None,
+    ) -> Tensor:
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        cross_cache = None if cache is None else cache.setdefault("cross", {})
+        x = self.self_attention_residual(
+            x, self.self_attention(x, causal=True, cache=self_cache)
+        )
+        x = self.cross_attention_residual(
+            x, self.cross_attention(x, memory, memory_padding, cache=cross_cache)
+        )
+        return self.feed_forward_residual(x, self.feed_forward(x))

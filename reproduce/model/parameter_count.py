@@ -1,0 +1,27 @@
+"""Analytic parameter count of the model, the formula behind Table 3's last column."""
+
+from reproduce.config import ModelConfig
+
+
+def analytic_parameter_count(config: ModelConfig, vocab_size: int) -> int:
+    """Parameters of :class:`reproduce.model.transformer.Transformer` for ``config``.
+
+    shared embedding V*d (also the output projection), plus per layer:
+      attention:     d*h*(2*d_k + d_v) + h*(2*d_k + d_v)   (Q, K, V projections with biases)
+                   + h*d_v*d + d                            (output projection W^O)
+      feed-forward:  d*d_ff + d_ff + d_ff*d + d
+      layer norm:    2*d each (one per sub-layer)
+    encoder layers have 1 attention + FFN + 2 norms, decoder layers 2 attentions + FFN + 3 norms;
+    a learned positional embedding adds max_positions*d.
+    """
+    d, h = config.d_model, config.heads
+    attention = d * h * (2 * config.d_k + config.d_v) + h * (2 * config.d_k + config.d_v)
+    attention += h * config.d_v * d + d
+    feed_forward = d * config.d_ff + config.d_ff + config.d_ff * d + d
+    norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * norm
+    decoder_layer = 2 * attention + feed_forward + 3 * norm
+    total = vocab_size * d + config.layers * (encoder_layer + decoder_layer)
+    if config.positional == "learned":
+        total += config.max_positions * d
+    return total

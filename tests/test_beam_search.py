@@ -1,0 +1,96 @@
+"""Beam search against exhaustive search and greedy decoding on a tiny random model."""
+
+import itertools
+
+import pytest
+import torch
+
+from reproduce.config import ModelConfig
+from reproduce.decoding.beam_search import beam_search, greedy_search, length_penalty
+from reproduce.model.transformer import Transformer
+from reproduce.special_tokens import BOS, EOS, PAD, UNK
+
+VOCAB = 7  # PAD, UNK, BOS, EOS and three word-pieces
+GENERATABLE = [UNK, 4, 5, 6]
+
+
+def peaky_model(seed: int) -> Transformer:
+    """An untrained model with large weights: skewed but not degenerate next-token distributions."""
+    torch.manual_seed(seed)
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0)
+    model = Transformer(config, VOCAB).eval()
+    with torch.no_grad():
+        model.embedding.weight.mul_(4.0)
+    return model
+
+
+def sequence_log_prob(model: Transformer, source: torch.Tensor, output: list[int]) -> float:
+    target_input = torch.tensor([[BOS] + output[:-1]])
+    log_probs = torch.log_softmax(model(source, target_input)[0], dim=-1)
+    return sum(log_probs[position, token].item() for position, token in enumerate(output))
+
+
+def exhaustive_search(model, source, alpha, max_length):
+    """Best sequence ending with EOS of at most ``max_length`` tokens, by brute force."""
+    best, best_score = None, float("-inf")
+    for length in range(1, max_length + 1):
+        for words in itertools.product(GENERATABLE, repeat=length - 1):
+            output = list(words) + [EOS]
+            score = sequence_log_prob(model, source, output) / length_penalty(length, alpha)
+            if score > best_score:
+                best, best_score = list(words), score
+    return best, best_score
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_a_wide_beam_finds_the_exhaustive_optimum(seed, alpha):
+    model = peaky_model(seed)
+    source = torch.tensor([[4, 5, EOS]])  # 3 real tokens + offset 1 -> at most 4 output tokens
+    expected, _ = exhaustive_search(model, source, alpha, max_length=4)
+    # 4^3 = 64 live prefixes at most: a beam of 64 keeps every one of them.
+    found = beam_search(model, source, beam_size=64, alpha=alpha, max_length_offset=1)
+    assert found == [expected]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_default_beam_never_claims_more_than_the_exhaustive_optimum(seed):
+    model = peaky_model(seed)
+    source = torch.tensor([[4, 6, EOS]])
+    _, best_score = exhaustive_search(model, source, 0.6, max_length=4)
+    found = beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=1)[0]
+    found_score = sequence_log_prob(model, source, found + [EOS]) / length_penalty(len(found) + 1, 0.6)
+    assert found_score <= best_score + 1e-6  # nothing can beat the exhaustive optimum
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_beam_of_one_equals_greedy_decoding(seed):
+    model = peaky_model(seed)
+    source = torch.tensor([[4, 5, 6, 5, EOS], [6, 4, EOS, PAD, PAD]])
+    greedy = greedy_search(model, source, max_length_offset=6)
+    assert beam_search(model, source, beam_size=1, alpha=0.0, max_length_offset=6) == greedy
+
+
+def test_a_sentence_decodes_the_same_alone_and_inside_a_padded_batch():
+    model = peaky_model(7)
+    sentences = [[4, 5, EOS], [6, 6, 4, 5, 4, EOS], [5, EOS]]
+    alone = [beam_search(model, torch.tensor([s]), 4, 0.6, 5)[0] for s in sentences]
+    batch = torch.full((3, 6), PAD)
+    for row, sentence in enumerate(sentences):
+        batch[row, : len(sentence)] = torch.tensor(sentence)
+    assert beam_search(model, batch, 4, 0.6, 5) == alone
+
+
+def test_outputs_respect_the_maximum_length():
+    model = peaky_model(8)
+    with torch.no_grad():  # make EOS very unlikely so that only the limit stops decoding
+        model.embedding.weight[EOS].mul_(-1.0)
+    source = torch.tensor([[4, 5, EOS]])
+    output = beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=2)[0]
+    assert len(output) <= 3 + 2 - 1  # at most 5 tokens including the EOS
+
+
+def test_length_penalty_formula():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+    assert length_penalty(13, 0.0) == 1.0

@@ -1,0 +1,118 @@
+"""The model against section 3: encodings, masks, shared embeddings, incremental decoding."""
+
+import math
+
+import pytest
+import torch
+
+from reproduce.config import ModelConfig
+from reproduce.model.parameter_count import analytic_parameter_count
+from reproduce.model.positional import sinusoidal_table
+from reproduce.model.transformer import DecoderCache, Transformer
+from reproduce.special_tokens import BOS, EOS, PAD
+
+VOCAB = 40
+
+
+def tiny_model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    settings = dict(layers=2, d_model=32, d_ff=64, heads=4, d_k=8, d_v=8, dropout=0.0)
+    return Transformer(ModelConfig(**(settings | overrides)), VOCAB).eval()
+
+
+def random_tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, VOCAB, (batch, length), generator=generator)
+
+
+@pytest.mark.parametrize("position, index", [(0, 0), (1, 0), (1, 1), (7, 4), (50, 10), (123, 31)])
+def test_sinusoidal_encoding_equals_the_papers_formula(position, index):
+    d_model = 32
+    table = sinusoidal_table(200, d_model)
+    angle = position / 10000 ** ((index - index % 2) / d_model)
+    expected = math.sin(angle) if index % 2 == 0 else math.cos(angle)
+    assert table[position, index].item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_embeddings_and_output_projection_share_one_matrix():
+    model = tiny_model()
+    embedding_parameters = [p for p in model.parameters() if p.shape == (VOCAB, 32)]
+    assert len(embedding_parameters) == 1
+    source, target = random_tokens(1, 5), random_tokens(1, 4, seed=2)
+    logits = model(source, target)
+    logits[0, 0, 7].backward()
+    assert model.embedding.weight.grad[7].abs().sum() > 0  # used by the output projection
+
+
+def test_changing_later_target_tokens_leaves_earlier_outputs_unchanged():
+    model = tiny_model()
+    source = random_tokens(2, 6)
+    target = random_tokens(2, 8, seed=3)
+    altered = target.clone()
+    altered[:, 5:] = random_tokens(2, 3, seed=4)
+    original, changed = model(source, target), model(source, altered)
+    assert torch.allclose(original[:, :5], changed[:, :5], atol=1e-6)
+    assert not torch.allclose(original[:, 5:], changed[:, 5:], atol=1e-3)
+
+
+def test_padding_does_not_change_the_outputs_at_real_positions():
+    model = tiny_model()
+    short_source, short_target = random_tokens(1, 4), random_tokens(1, 3, seed=2)
+    alone = model(short_source, short_target)
+    batch_source = torch.full((3, 9), PAD)
+    batch_target = torch.full((3, 7), PAD)
+    batch_source[0, :4], batch_target[0, :3] = short_source[0], short_target[0]
+    batch_source[1:], batch_target[1:] = random_tokens(2, 9, seed=5), random_tokens(2, 7, seed=6)
+    in_batch = model(batch_source, batch_target)
+    assert torch.allclose(alone[0], in_batch[0, :3], atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_incremental_decoding_equals_the_full_forward_pass(positional):
+    model = tiny_model(positional=positional, max_positions=64)
+    source = random_tokens(3, 7)
+    source[2, 5:] = PAD
+    target = torch.cat([torch.full((3, 1), BOS), random_tokens(3, 9, seed=7)], dim=1)
+    full = model(source, target)
+    encoded = model.encode(source)
+    cache = DecoderCache()
+    steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_a_cached_prefix_of_several_tokens_is_causal_too():
+    model = tiny_model()
+    source, target = random_tokens(2, 5), random_tokens(2, 6, seed=8)
+    full = model(source, target)
+    encoded, cache = model.encode(source), DecoderCache()
+    first = model.decode(target[:, :4], encoded, cache)
+    rest = model.decode(target[:, 4:], encoded, cache)
+    assert torch.allclose(torch.cat([first, rest], dim=1), full, atol=1e-5)
+
+
+def test_heads_of_any_size_independent_of_d_model():
+    for heads, d_k, d_v in [(1, 32, 32), (2, 4, 16), (8, 2, 2)]:
+        model = tiny_model(heads=heads, d_k=d_k, d_v=d_v)
+        assert model(random_tokens(2, 5), random_tokens(2, 4)).shape == (2, 4, VOCAB)
+        assert model.num_parameters() == analytic_parameter_count(model.config, VOCAB)
+
+
+def test_learned_positions_refuse_sequences_longer_than_configured():
+    model = tiny_model(positional="learned", max_positions=8)
+    with pytest.raises(ValueError, match="max_positions=8"):
+        model(random_tokens(1, 9), random_tokens(1, 3))
+
+
+def test_dropout_is_applied_in_training_only():
+    model = tiny_model(dropout=0.5)
+    source, target = random_tokens(2, 5), random_tokens(2, 4)
+    assert torch.equal(model(source, target), model(source, target))
+    model.train()
+    assert not torch.equal(model(source, target), model(source, target))
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    model = tiny_model()
+    token = torch.tensor([[EOS]])
+    expected = model.embedding.weight[EOS] * math.sqrt(32) + sinusoidal_table(1, 32)[0]
+    assert torch.allclose(model._embed(token)[0, 0], expected, atol=1e-6)
