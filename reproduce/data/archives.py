@@ -1,0 +1,61 @@
+"""Reading the members a corpus needs out of tar, tgz, zip and gz archives, without unpacking the
+rest (the WMT14 archives are several GB). A member whose name ends in ``.gz`` is decompressed on
+the way out (e.g. giga-fren inside training-giga-fren.tar)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import BinaryIO
+
+
+class MissingMemberError(FileNotFoundError):
+    """An archive does not hold a member the experiment file declares."""
+
+
+def extract_member(archive: Path, member: str | None, destination: Path) -> Path:
+    """Copy ``member`` of ``archive`` (or the whole file when ``member`` is None) to ``destination``."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with _open_member(archive, member) as stream:
+        if member is not None and member.endswith(".gz"):
+            stream = gzip.GzipFile(fileobj=stream)
+        elif member is None and archive.name.endswith(".gz") and not tarfile.is_tarfile(archive):
+            stream = gzip.GzipFile(fileobj=stream)
+        with destination.open("wb") as out:
+            shutil.copyfileobj(stream, out, length=1 << 20)
+    return destination
+
+
+def _open_member(archive: Path, member: str | None) -> BinaryIO:
+    if member is None:
+        return archive.open("rb")
+    if zipfile.is_zipfile(archive):
+        bundle = zipfile.ZipFile(archive)
+        names = bundle.namelist()
+        if member not in names:
+            raise _missing(archive, member, names)
+        return bundle.open(member)
+    if tarfile.is_tarfile(archive):
+        bundle = tarfile.open(archive, "r:*")
+        try:
+            info = bundle.getmember(member)
+        except KeyError:
+            raise _missing(archive, member, bundle.getnames()) from None
+        extracted = bundle.extractfile(info)
+        if extracted is None:
+            raise MissingMemberError(f"{archive}: member {member!r} is not a regular file")
+        return extracted
+    raise MissingMemberError(
+        f"{archive}: not a tar or zip archive, so it has no member {member!r}"
+        " (leave source_member/target_member empty for a plain file)"
+    )
+
+
+def _missing(archive: Path, member: str, names: list[str]) -> MissingMemberError:
+    files = [name for name in names if not name.endswith("/")]
+    return MissingMemberError(
+        f"{archive}: no member {member!r}; it holds {len(files)} files, e.g. {', '.join(files[:8])}"
+    )

@@ -1,0 +1,74 @@
+"""The shared source-target vocabulary (section 5.1: byte-pair encoding, 37k tokens for EN-DE,
+32k word-pieces for EN-FR) with sentencepiece, and the encoding of every split into ids."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from itertools import islice
+from pathlib import Path
+
+import sentencepiece
+
+from reproduce.config import BpeConfig
+from reproduce.data.encoded import EncodedCorpusWriter
+from reproduce.special_tokens import BOS, EOS, PAD, UNK
+
+log = logging.getLogger(__name__)
+
+ENCODE_CHUNK_LINES = 200_000
+
+
+def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> Path:
+    """Train on a shuffled sample of ``input_sentence_size`` sentences from both sides.
+
+    ``hard_vocab_limit=False`` lets a small corpus (the tiny default) end with fewer pieces than
+    asked instead of failing; the size actually reached is logged.
+    """
+    model_prefix.parent.mkdir(parents=True, exist_ok=True)
+    temporary = model_prefix.with_name(model_prefix.name + ".tmp")
+    sentencepiece.set_random_generator_seed(config.seed)
+    sentencepiece.SentencePieceTrainer.train(
+        input=[str(train_src), str(train_tgt)],
+        model_prefix=str(temporary),
+        vocab_size=config.vocab_size,
+        model_type=config.model_type,
+        character_coverage=config.character_coverage,
+        input_sentence_size=config.input_sentence_size,
+        shuffle_input_sentence=True,
+        seed_sentencepiece_size=min(1_000_000, config.input_sentence_size),
+        hard_vocab_limit=False,
+        pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+        num_threads=os.cpu_count() or 1,
+        minloglevel=1,
+    )
+    for suffix in (".model", ".vocab"):
+        Path(str(temporary) + suffix).replace(Path(str(model_prefix) + suffix))
+    model = Path(str(model_prefix) + ".model")
+    size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
+    log.info("sentencepiece model %s: %d pieces (asked for %d)", model, size, config.vocab_size)
+    return model
+
+
+def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -> None:
+    """Encode a split in chunks with all cores into an :mod:`reproduce.data.encoded` directory."""
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    writer = EncodedCorpusWriter(
+        out_dir, processor.vocab_size(),
+        {"spm_model_sha256": hashlib.sha256(spm_model.read_bytes()).hexdigest()},
+    )
+    threads = os.cpu_count() or 1
+    with src_txt.open(encoding="utf-8") as sources, tgt_txt.open(encoding="utf-8") as targets:
+        while True:
+            source_lines = [line.rstrip("\n") for line in islice(sources, ENCODE_CHUNK_LINES)]
+            target_lines = [line.rstrip("\n") for line in islice(targets, ENCODE_CHUNK_LINES)]
+            if len(source_lines) != len(target_lines):
+                raise ValueError(f"{src_txt} and {tgt_txt} do not have the same number of lines")
+            if not source_lines:
+                break
+            writer.write(
+                processor.encode(source_lines, num_threads=threads),
+                processor.encode(target_lines, num_threads=threads),
+            )
+    writer.close()

@@ -1,0 +1,102 @@
+"""Binarized corpora: the sentencepiece ids of a split, memory-mapped for fast loading.
+
+A directory holds, for each side (``source``, ``target``): ``<side>.bin``, every sentence's ids
+concatenated (``uint16`` when the vocabulary fits, else ``int32``), and ``<side>_offsets.npy``,
+``n + 1`` int64 offsets so that sentence ``i`` is ``bin[offsets[i]:offsets[i+1]]``; plus
+``meta.json``. The ids carry no special tokens: the batcher appends EOS to sources and adds BOS
+and EOS to targets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+import numpy as np
+
+SIDES = ("source", "target")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+class EncodedCorpusWriter:
+    """Streams chunks of encoded sentence pairs into a directory, renamed into place on close."""
+
+    def __init__(self, out_dir: Path, vocab_size: int, metadata: dict):
+        self.out_dir = out_dir
+        self.temporary = out_dir.with_name(out_dir.name + ".tmp")
+        shutil.rmtree(self.temporary, ignore_errors=True)
+        self.temporary.mkdir(parents=True)
+        self.dtype = token_dtype(vocab_size)
+        self.metadata = {"vocab_size": vocab_size, "dtype": self.dtype.name, **metadata}
+        self.streams = {side: (self.temporary / f"{side}.bin").open("wb") for side in SIDES}
+        self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
+
+    def write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
+        for side, sentences in zip(SIDES, (sources, targets)):
+            lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64, count=len(sentences))
+            flat = np.fromiter((i for ids in sentences for i in ids), dtype=self.dtype, count=int(lengths.sum()))
+            self.streams[side].write(flat.tobytes())
+            self.lengths[side].append(lengths)
+
+    def close(self) -> None:
+        for side in SIDES:
+            self.streams[side].close()
+            lengths = np.concatenate(self.lengths[side]) if self.lengths[side] else np.zeros(0, np.int64)
+            np.save(self.temporary / f"{side}_offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
+        self.metadata["sentences"] = int(sum(len(chunk) for chunk in self.lengths["source"]))
+        (self.temporary / "meta.json").write_text(json.dumps(self.metadata, indent=2) + "\n")
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+        self.temporary.replace(self.out_dir)
+
+
+class EncodedCorpus:
+    """Read access to an encoded split: ``corpus.source(i)``, ``corpus.target_lengths``..."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.meta = json.loads((directory / "meta.json").read_text())
+        dtype = np.dtype(self.meta["dtype"])
+        self._tokens = {}
+        self._offsets = {}
+        for side in SIDES:
+            self._offsets[side] = np.load(directory / f"{side}_offsets.npy")
+            size = int(self._offsets[side][-1])
+            self._tokens[side] = (
+                np.memmap(directory / f"{side}.bin", dtype=dtype, mode="r", shape=(size,))
+                if size else np.zeros(0, dtype)
+            )
+        self.source_lengths = np.diff(self._offsets["source"])
+        self.target_lengths = np.diff(self._offsets["target"])
+
+    @classmethod
+    def open(cls, directory: Path) -> "EncodedCorpus":
+        if not (directory / "meta.json").exists():
+            raise FileNotFoundError(f"{directory}: not an encoded corpus (no meta.json)")
+        return cls(directory)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["vocab_size"])
+
+    def __len__(self) -> int:
+        return len(self.source_lengths)
+
+    def source(self, index: int) -> np.ndarray:
+        return self._slice("source", index)
+
+    def target(self, index: int) -> np.ndarray:
+        return self._slice("target", index)
+
+    def _slice(self, side: str, index: int) -> np.ndarray:
+        offsets = self._offsets[side]
+        return np.asarray(self._tokens[side][offsets[index] : offsets[index + 1]], dtype=np.int64)
+
+
+def write_encoded(out_dir: Path, vocab_size: int, pairs: list[tuple[list[int], list[int]]]) -> None:
+    """Write a small corpus in one go (tests, tools)."""
+    writer = EncodedCorpusWriter(out_dir, vocab_size, {})
+    writer.write([source for source, _ in pairs], [target for _, target in pairs])
+    writer.close()

@@ -1,0 +1,133 @@
+"""Preparation of one split: the declared members are extracted, read as sentence pairs (plain
+text, SGM or TSV), Unicode-normalised, and, for training data only, cleaned:
+
+* pairs with an empty side are dropped,
+* pairs with more than ``max_tokens`` whitespace tokens on either side are dropped,
+* pairs whose token-length ratio (longer / shorter) exceeds ``max_length_ratio`` are dropped.
+
+Dev and test sets are never filtered. Kept and dropped counts per source and per reason are
+logged and written to ``<split>.report.json`` beside ``<split>.src`` and ``<split>.tgt``. All of
+it streams: memory stays flat whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import unicodedata
+from collections import Counter
+from itertools import zip_longest
+from pathlib import Path
+from typing import Iterator
+
+from reproduce.config import Cleaning, Source
+from reproduce.data.archives import extract_member
+from reproduce.data.download import file_name
+from reproduce.data.sgm import read_sgm
+
+log = logging.getLogger(__name__)
+
+
+class CorpusMismatchError(ValueError):
+    """A source's two sides do not hold the same number of sentences."""
+
+
+def prepare_split(
+    sources: list[Source], split: str, download_dir: Path, out_dir: Path, cleaning: Cleaning
+) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = out_dir / f".extract-{split}"
+    outputs = {side: out_dir / f"{split}.{side}" for side in ("src", "tgt")}
+    temporary = {side: path.with_name(path.name + ".tmp") for side, path in outputs.items()}
+    report: dict = {"split": split, "sources": {}}
+    try:
+        with temporary["src"].open("w", encoding="utf-8") as src_out, \
+                temporary["tgt"].open("w", encoding="utf-8") as tgt_out:
+            for source in sources:
+                counts: Counter = Counter()
+                pairs = _read_pairs(source, download_dir / file_name(source.url), scratch)
+                for source_text, target_text in pairs:
+                    source_text = _normalise(source_text, cleaning.unicode_normalization)
+                    target_text = _normalise(target_text, cleaning.unicode_normalization)
+                    counts["read"] += 1
+                    reason = _drop_reason(source_text, target_text, cleaning) if split == "train" else None
+                    if reason:
+                        counts[f"dropped_{reason}"] += 1
+                        continue
+                    counts["kept"] += 1
+                    src_out.write(source_text + "\n")
+                    tgt_out.write(target_text + "\n")
+                report["sources"][source.name] = dict(counts)
+                log.info("%s/%s: %s", split, source.name, json.dumps(dict(counts)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
+    for side in ("src", "tgt"):
+        temporary[side].replace(outputs[side])
+    report_path = out_dir / f"{split}.report.json"
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
+    if not archive.exists():
+        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {source.url})")
+    if source.format == "tsv":
+        path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
+        yield from _read_tsv(path, source)
+        return
+    src = extract_member(archive, source.source_member, scratch / f"{source.name}.src")
+    tgt = extract_member(archive, source.target_member, scratch / f"{source.name}.tgt")
+    if source.format == "sgm":
+        src_lines, tgt_lines = read_sgm(src), read_sgm(tgt)
+        if len(src_lines) != len(tgt_lines):
+            raise _mismatch(source, len(src_lines), len(tgt_lines))
+        yield from zip(src_lines, tgt_lines)
+        return
+    with src.open(encoding="utf-8", errors="replace") as src_in, \
+            tgt.open(encoding="utf-8", errors="replace") as tgt_in:
+        count = 0
+        for source_line, target_line in zip_longest(src_in, tgt_in):
+            if source_line is None or target_line is None:
+                src_total = count + (source_line is not None) + sum(1 for _ in src_in)
+                tgt_total = count + (target_line is not None) + sum(1 for _ in tgt_in)
+                raise _mismatch(source, src_total, tgt_total)
+            count += 1
+            yield source_line.rstrip("\n"), target_line.rstrip("\n")
+
+
+def _read_tsv(path: Path, source: Source) -> Iterator[tuple[str, str]]:
+    with path.open(encoding="utf-8", errors="replace") as stream:
+        for number, line in enumerate(stream, start=1):
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) < 2:
+                raise ValueError(
+                    f"{source.name} ({source.source_member}) line {number}: expected a tab between "
+                    f"source and target, got {line[:80]!r}"
+                )
+            yield columns[0], columns[1]
+
+
+def _mismatch(source: Source, source_count: int, target_count: int) -> CorpusMismatchError:
+    return CorpusMismatchError(
+        f"source {source.name!r}: {source.source_member} has {source_count} sentences but "
+        f"{source.target_member} has {target_count}"
+    )
+
+
+def _normalise(text: str, form: str) -> str:
+    if form != "none":
+        text = unicodedata.normalize(form, text)
+    return " ".join(text.split())
+
+
+def _drop_reason(source_text: str, target_text: str, cleaning: Cleaning) -> str | None:
+    source_tokens, target_tokens = len(source_text.split()), len(target_text.split())
+    if source_tokens == 0 or target_tokens == 0:
+        return "empty"
+    if max(source_tokens, target_tokens) > cleaning.max_tokens:
+        return "too_long"
+    if max(source_tokens, target_tokens) / min(source_tokens, target_tokens) > cleaning.max_length_ratio:
+        return "length_ratio"
+    return None
