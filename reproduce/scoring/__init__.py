@@ -1,0 +1,1 @@
+"""Scoring: BLEU (sacreBLEU and the paper's tokenized BLEU) and perplexity."""

@@ -1,0 +1,46 @@
+"""Label-smoothed cross-entropy (section 5.4, eps_ls = 0.1) and plain negative log-likelihood.
+
+The smoothed target distribution puts ``1 - eps`` on the reference token and spreads ``eps``
+uniformly over the ``V - 2`` other tokens that are not padding; padding gets nothing, so the
+distribution sums to 1 over real tokens. Padded target positions contribute no loss. Losses are
+*summed* over tokens and returned with the token count, so that gradient accumulation and data
+parallelism divide by the exact number of target tokens in an optimizer step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from reproduce.special_tokens import PAD
+
+
+def smoothed_target_distribution(targets: Tensor, vocab_size: int, epsilon: float) -> Tensor:
+    """The distribution the loss compares against, ``[N, V]`` (for tests and inspection)."""
+    distribution = torch.full((targets.numel(), vocab_size), epsilon / (vocab_size - 2))
+    distribution[:, PAD] = 0.0
+    distribution.scatter_(1, targets.reshape(-1, 1), 1.0 - epsilon)
+    return distribution
+
+
+def label_smoothed_loss(logits: Tensor, targets: Tensor, epsilon: float) -> tuple[Tensor, int]:
+    """Summed ``-sum_k q(k) log p(k)`` over non-padding targets, and their count.
+
+    logits ``[B, T, V]``, targets ``[B, T]`` (PAD where there is nothing to predict).
+    """
+    vocab_size = logits.size(-1)
+    log_probs = torch.log_softmax(logits.float(), dim=-1).view(-1, vocab_size)
+    targets = targets.reshape(-1)
+    real = targets.ne(PAD)
+    log_probs, targets = log_probs[real], targets[real]
+    reference = log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
+    if epsilon == 0.0:
+        return -reference.sum(), int(targets.numel())
+    others = log_probs.sum(dim=1) - reference - log_probs[:, PAD]
+    loss = -(1.0 - epsilon) * reference - epsilon / (vocab_size - 2) * others
+    return loss.sum(), int(targets.numel())
+
+
+def negative_log_likelihood(logits: Tensor, targets: Tensor) -> tuple[Tensor, int]:
+    """Summed NLL of the non-padding targets (no smoothing: perplexity = exp(sum / count))."""
+    return label_smoothed_loss(logits, targets, 0.0)
