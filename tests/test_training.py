@@ -1,0 +1,109 @@
+"""Training: exact resume, data parallelism equal to accumulation, checkpoint averaging."""
+
+import json
+
+import pytest
+import torch
+
+from reproduce.averaging import average_checkpoints, average_last
+from reproduce.training.checkpoints import list_checkpoints
+from reproduce.training.launch import launch_training
+from reproduce.training.trainer import Trainer
+from tests.training_fixtures import random_corpus, small_variant
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpora")
+    return random_corpus(folder / "train", 400, seed=1), random_corpus(folder / "dev", 40, seed=2)
+
+
+def _final(folder):
+    return torch.load(folder / "train" / "final.pt", weights_only=False)
+
+
+def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
+    train, dev = corpora
+    variant = small_variant(steps=12, dropout=0.1)
+    Trainer(variant, "t", train, dev, tmp_path / "straight").run()
+    Trainer(variant, "t", train, dev, tmp_path / "resumed").run(stop_after_steps=6)
+    assert not (tmp_path / "resumed/train/final.pt").exists()
+    Trainer(variant, "t", train, dev, tmp_path / "resumed").run()
+    straight, resumed = _final(tmp_path / "straight"), _final(tmp_path / "resumed")
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    last = {p.name for p in list_checkpoints(tmp_path / "straight/checkpoints")}
+    assert last == {p.name for p in list_checkpoints(tmp_path / "resumed/checkpoints")}
+    for name in last:
+        a = torch.load(tmp_path / "straight/checkpoints" / name, weights_only=False)["optimizer"]["state"]
+        b = torch.load(tmp_path / "resumed/checkpoints" / name, weights_only=False)["optimizer"]["state"]
+        assert all(torch.equal(a[k]["exp_avg_sq"], b[k]["exp_avg_sq"]) for k in a)
+    def curve(folder):  # throughput differs between runs; the rest must not
+        rows = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
+        return [(row["step"], row.get("train_loss"), row.get("dev_loss")) for row in rows]
+
+    assert curve(tmp_path / "resumed") == curve(tmp_path / "straight")  # no duplicated lines
+
+
+def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
+    train, dev = corpora
+    Trainer(small_variant(steps=40, dropout=0.0, warmup_steps=10), "t", train, dev, tmp_path).run()
+    rows = [json.loads(line) for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
+    losses = [row["train_loss"] for row in rows if "train_loss" in row]
+    assert losses[-1] < losses[0] - 0.3
+    summary = json.loads((tmp_path / "train/summary.json").read_text())
+    assert summary["steps"] == 40 and summary["target_tokens"] >= 40 * 300
+    assert summary["parameters"] == sum(t.numel() for t in _final(tmp_path)["model"].values())
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_rank_accumulating_the_same_batches(corpora, tmp_path):
+    """Real processes: submitit's local executor starts 2 gloo ranks, as Slurm would."""
+    train, dev = corpora
+    variant = small_variant(steps=6, dropout=0.0)
+    from reproduce.config import load_experiment
+    from tests.training_fixtures import ROOT
+
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    launch_training(experiment, variant, train, dev, tmp_path / "one", tmp_path, launcher="inline")
+    launch_training(experiment, variant, train, dev, tmp_path / "two", tmp_path, launcher="local", tasks=2)
+    one, two = _final(tmp_path / "one"), _final(tmp_path / "two")
+    key_bias = _key_bias_masks(variant.model, one["model"])
+    for name, tensor in one["model"].items():
+        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+        assert torch.allclose(tensor[~mask], two["model"][name][~mask], atol=1e-6), name
+    summary = json.loads((tmp_path / "two/train/summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert summary["target_tokens"] == json.loads((tmp_path / "one/train/summary.json").read_text())["target_tokens"]
+
+
+def _key_bias_masks(config, state):
+    """Key-projection biases shift every attention logit of a query equally, so softmax makes
+    their gradient exactly zero; float noise there is all Adam sees, and it normalises noise
+    into full-size steps. Those entries are left out of the comparison, nothing else is."""
+    width = config.heads * config.d_k
+    masks = {}
+    for name, tensor in state.items():
+        if name.endswith("qkv.bias") or name.endswith("kv.bias"):
+            mask = torch.zeros_like(tensor, dtype=torch.bool)
+            start = width if name.endswith("qkv.bias") else 0
+            mask[start : start + width] = True
+            masks[name] = mask
+    return masks
+
+
+def _handmade(path, step, value):
+    torch.save({"model": {"w": torch.full((2, 2), value), "count": torch.tensor(3)},
+                "model_config": {}, "vocab_size": 5, "step": step}, path)
+    return path
+
+
+def test_averaging_equals_the_hand_computed_mean(tmp_path):
+    paths = [_handmade(tmp_path / f"step_0000000{i}.pt", i, v) for i, v in ((1, 1.0), (2, 2.0), (4, 6.0))]
+    averaged = average_checkpoints(paths)
+    assert torch.equal(averaged["model"]["w"], torch.full((2, 2), 3.0))
+    assert averaged["averaged_steps"] == [1, 2, 4]
+    state = average_last(tmp_path, 2, tmp_path / "averaged.pt")
+    assert torch.equal(state["model"]["w"], torch.full((2, 2), 4.0))
+    with pytest.raises(ValueError, match="3 checkpoints, but average_last asks for 4"):
+        average_last(tmp_path, 4, tmp_path / "averaged.pt")

@@ -1,0 +1,35 @@
+"""A small random parallel corpus and a tiny variant for training tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from reproduce.config import load_experiment
+from reproduce.data.encoded import write_encoded
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 40
+
+
+def random_corpus(directory: Path, pairs: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    data = []
+    for _ in range(pairs):
+        source = rng.integers(4, VOCAB, rng.integers(2, 12)).tolist()
+        data.append((source, [((token * 7) % (VOCAB - 4)) + 4 for token in reversed(source)]))
+    write_encoded(directory, VOCAB, data)
+    return directory
+
+
+def small_variant(steps: int, dropout: float = 0.1, **training):
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    base = experiment.variant("base")
+    model = base.model.model_copy(update={"layers": 1, "d_model": 16, "d_ff": 32, "heads": 2,
+                                          "d_k": 8, "d_v": 8, "dropout": dropout})
+    settings = {"steps": steps, "tokens_per_step": 300, "max_tokens_per_device": 120,
+                "warmup_steps": 10, "log_every_steps": 2, "eval_every_steps": 4,
+                "checkpoints": base.training.checkpoints.model_copy(update={"every_steps": 3, "keep_last": 5}),
+                "average_last": 2} | training
+    return base.model_copy(update={"model": model, "training": base.training.model_copy(update=settings)})
