@@ -38,7 +38,7 @@ def paper_tokenize(sentence: str, language: str) -> str:
 
 
 def tokenized_bleu(hypotheses: list[str], references: list[str], language: str) -> float:
-    metric = BLEU(tokenize="none", force=True)
+    metric = BLEU(tokenize="none", smooth_method="none", force=True)  # multi-bleu.perl
     hypotheses = [paper_tokenize(line, language) for line in hypotheses]
     references = [paper_tokenize(line, language) for line in references]
     return metric.corpus_score(hypotheses, [references]).score

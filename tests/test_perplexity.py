@@ -1,0 +1,34 @@
+"""Perplexity per target word-piece equals exp of the mean per-token loss computed by hand."""
+
+import math
+
+import torch
+
+from reproduce.config import ModelConfig
+from reproduce.data.encoded import EncodedCorpus
+from reproduce.model.transformer import Transformer
+from reproduce.scoring.perplexity import checkpoint_perplexity
+from reproduce.special_tokens import BOS, EOS
+from tests.training_fixtures import VOCAB, random_corpus
+
+
+def test_perplexity_is_exp_of_the_mean_token_loss(tmp_path):
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "dev", 30, seed=9))
+    torch.manual_seed(0)
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.3)
+    model = Transformer(config, VOCAB)
+    torch.save({"model": model.state_dict(), "model_config": config.model_dump(), "vocab_size": VOCAB,
+                "step": 1}, tmp_path / "model.pt")
+    model.eval()
+    total, tokens = 0.0, 0
+    for i in range(len(corpus)):  # one sentence at a time: no padding anywhere
+        source = torch.tensor([corpus.source(i).tolist() + [EOS]])
+        target = corpus.target(i).tolist()
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model(source, torch.tensor([[BOS] + target])), dim=-1)[0]
+        for position, token in enumerate(target + [EOS]):
+            total -= log_probs[position, token].item()
+            tokens += 1
+    result = checkpoint_perplexity(tmp_path / "model.pt", tmp_path / "dev", max_tokens=50)
+    assert result["target_tokens"] == tokens
+    assert result["perplexity"] == __import__("pytest").approx(math.exp(total / tokens), rel=1e-5)
