@@ -171,7 +171,13 @@ class Resources(Strict):
     cpus_per_gpu: int = Field(default=4, gt=0)
     mem_gb: int = Field(default=64, gt=0)
     time_minutes: int = Field(default=24 * 60, gt=0)
+    # Slurm partition of the training job; None = the cluster's default partition.
     partition: str | None = None
+    # Tasks per node; None = one task per GPU (or a single task without GPUs).
+    tasks_per_node: int | None = Field(default=None, gt=0)
+    # Seconds before the time limit at which Slurm signals the job so that submitit requeues
+    # it (training then resumes from its latest checkpoint).
+    requeue_signal_seconds: int = Field(default=120, gt=0)
 
 
 class Variant(Strict):

@@ -24,9 +24,17 @@ def _write_text(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
+def _cell(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return MISSING
+    if isinstance(value, float):
+        return f"{value:.2e}" if "FLOPs" in column else f"{value:.4g}" if abs(value) < 10 else f"{value:.2f}"
+    return str(value)
+
+
 def _markdown(frame: pd.DataFrame, title: str, note: str) -> str:
-    shown = frame.astype(object).where(frame.notna(), MISSING)
-    table = shown.to_markdown(index=False, floatfmt=".4g")
+    shown = pd.DataFrame({column: [_cell(column, value) for value in frame[column]] for column in frame})
+    table = shown.to_markdown(index=False, disable_numparse=True)
     return f"# {title}\n\n{note}\n\n{table}\n"
 
 

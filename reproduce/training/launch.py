@@ -45,6 +45,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         torch.set_num_threads(self.threads)
         distributed.initialise()
@@ -104,12 +105,15 @@ def launch_training(
     if launcher == "local":
         executor.update_parameters(tasks_per_node=tasks, timeout_min=resources.time_minutes)
     else:
-        per_node = max(1, resources.gpus // resources.nodes)
+        gpus_per_node = resources.gpus // resources.nodes
         executor.update_parameters(
-            nodes=resources.nodes, tasks_per_node=per_node, gpus_per_node=resources.gpus // resources.nodes,
+            nodes=resources.nodes,
+            tasks_per_node=resources.tasks_per_node or max(1, gpus_per_node),
             cpus_per_task=resources.cpus_per_gpu, mem_gb=resources.mem_gb,
             timeout_min=resources.time_minutes, slurm_partition=resources.partition,
+            slurm_signal_delay_s=resources.requeue_signal_seconds,
             name=f"train-{experiment.name}-{variant.name}",
+            **({"gpus_per_node": gpus_per_node} if gpus_per_node else {}),
         )
     job = executor.submit(task)
     log.info("submitted %s job %s; logs: %s", launcher, job.job_id, job.paths.stdout)

@@ -2,6 +2,9 @@
 
 
 rule train:
+    # With the slurm launcher this rule runs where snakemake runs: it submits the training job
+    # through submitit (one task per GPU, requeued at its time limit) and waits for it.
+    localrule: config["training"]["launcher"] == "slurm"
     input:
         train=f"{RESULTS}/{{dataset}}/encoded/train",
         dev=f"{RESULTS}/{{dataset}}/encoded/dev",

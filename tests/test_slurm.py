@@ -1,0 +1,104 @@
+"""The cluster path against a real Slurm (scripts/local-slurm.sh): the Snakemake Slurm profile,
+multi-task training through submitit, requeue at the time limit, and failures that name their
+Slurm log."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from reproduce.config import load_experiment
+from reproduce.training.launch import launch_training
+from tests.slurm_cluster import require_local_slurm
+from tests.training_fixtures import random_corpus, small_variant
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def slurm():
+    require_local_slurm()
+
+
+def _workdir(tmp_path: Path, experiment_edit) -> Path:
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    for item in ("Snakefile", "workflow", "configs"):
+        source = ROOT / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / item)
+    shutil.copytree(ROOT / "tests/profiles/slurm-local", workdir / "slurm-local")
+    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    experiment_edit(experiment)
+    (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    pipeline = {"experiments": ["configs/tiny.yaml"], "results": "results",
+                "training": {"launcher": "slurm", "threads": 1}}
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    return workdir
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SNAKEMAKE, "--profile", "slurm-local", "--configfile", "pipeline.yaml", *args],
+        cwd=workdir, capture_output=True, text=True, timeout=1500,
+    )
+
+
+def _one_short_variant(experiment: dict) -> None:
+    experiment["training"] |= {"steps": 40, "eval_every_steps": 20}
+    experiment["variants"] = {"base": experiment["variants"]["base"]}
+    experiment["variants"]["base"]["resources"] = {"tasks_per_node": 2, "cpus_per_gpu": 1,
+                                                   "time_minutes": 20, "partition": "debug"}
+    experiment["tables"]["table2"] = {"base": "base"}
+
+
+def test_the_tiny_dag_completes_through_the_slurm_profile_with_2_task_training(tmp_path):
+    workdir = _workdir(tmp_path, _one_short_variant)
+    result = _snakemake(workdir, "all")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    summary = json.loads((workdir / "results/tiny/base/train/summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 40
+    assert (workdir / "results/tiny/tables/table3.md").exists()
+    # The other rules ran as Slurm jobs (the plugin's logs), training through submitit.
+    assert any((workdir / ".snakemake/slurm_logs").rglob("*.log"))
+    assert any((workdir / "results/tiny/base/submitit").glob("*_0_log.out"))
+
+
+def test_a_failing_job_names_its_slurm_log(tmp_path):
+    def broken_download(experiment):
+        _one_short_variant(experiment)
+        for split in ("train", "dev", "test"):
+            experiment["data"][split][0]["url"] = "file:configs/data/missing.tgz"
+    workdir = _workdir(tmp_path, broken_download)
+    result = _snakemake(workdir, "results/tiny/data/dev.src")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "slurm_logs" in output and ".log" in output, output[-4000:]
+
+
+def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(tmp_path):
+    train = random_corpus(tmp_path / "train", 3000, seed=1)
+    dev = random_corpus(tmp_path / "dev", 50, seed=2)
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    variant = small_variant(steps=400, dropout=0.1)
+    variant = variant.model_copy(update={
+        "training": variant.training.model_copy(update={"checkpoints": variant.training.checkpoints.model_copy(
+            update={"every_steps": 10, "keep_last": 3})}),
+        "resources": variant.resources.model_copy(update={
+            "time_minutes": 1, "requeue_signal_seconds": 35, "cpus_per_gpu": 1, "partition": "debug"}),
+    })
+    launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path, launcher="inline")
+    launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm")
+    logs = "".join(path.read_text() for path in (tmp_path / "slurm/submitit").glob("*_log.*"))
+    assert "Requeued job" in logs and "resumed from" in logs, logs[-3000:]
+    straight = torch.load(tmp_path / "straight/train/final.pt", weights_only=False)["model"]
+    requeued = torch.load(tmp_path / "slurm/train/final.pt", weights_only=False)["model"]
+    for name, tensor in straight.items():
+        assert torch.equal(tensor, requeued[name]), name
