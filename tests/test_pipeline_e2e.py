@@ -1,6 +1,7 @@
 """The real Snakemake DAG, end to end, on a shortened tiny experiment in a temporary folder."""
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -124,3 +125,24 @@ def test_one_variants_target_plans_only_that_variant(pipeline):
     assert result.returncode == 0
     assert "variant=big" in result.stdout
     assert "variant=E_learned" not in result.stdout and "variant=base" not in result.stdout
+
+
+def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from tests.mlflow_server import running_mlflow_server
+
+    (pipeline / "results/tiny/base/train/final.pt").unlink()  # retrain (resumes at the end)
+    with running_mlflow_server(tmp_path) as url:
+        environment = dict(os.environ, MLFLOW_TRACKING_URI=url)
+        result = subprocess.run(
+            [SNAKEMAKE, "--cores", "2", "--configfile", "pipeline.yaml", "results/tiny/base/bleu.json"],
+            cwd=pipeline, capture_output=True, text=True, timeout=900, env=environment,
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name("tiny")
+        runs = client.search_runs([experiment.experiment_id], filter_string="tags.variant = 'base'")
+        assert len(runs) == 1
+        assert "test_averaged_sacrebleu" in runs[0].data.metrics
+        assert runs[0].data.params["model.d_model"] == "64"

@@ -6,6 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -83,19 +85,45 @@ def test_a_failing_job_names_its_slurm_log(tmp_path):
     assert "slurm_logs" in output and ".log" in output, output[-4000:]
 
 
+@contextmanager
+def _releasing_requeued_jobs():
+    """Slurm holds a requeued job until a begin time about two minutes later; to keep the test
+    short, lift that hold (``scontrol update StartTime=now``) as soon as it appears."""
+    stop = threading.Event()
+
+    def release():
+        while not stop.wait(1.0):
+            queue = subprocess.run(["squeue", "--noheader", "--format=%i %r"], capture_output=True, text=True)
+            for line in queue.stdout.splitlines():
+                job, _, reason = line.partition(" ")
+                if reason.strip() == "BeginTime":
+                    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True)
+
+    watcher = threading.Thread(target=release, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+
+
 def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(tmp_path):
     train = random_corpus(tmp_path / "train", 3000, seed=1)
     dev = random_corpus(tmp_path / "dev", 50, seed=2)
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    variant = small_variant(steps=400, dropout=0.1)
+    # About 30 s of training; Slurm signals the job 25 s after it starts (a 1-minute limit, the
+    # signal 35 s before it), so it is requeued once and resumes from its last checkpoint.
+    variant = small_variant(steps=2000, dropout=0.1, log_every_steps=100, eval_every_steps=500)
     variant = variant.model_copy(update={
         "training": variant.training.model_copy(update={"checkpoints": variant.training.checkpoints.model_copy(
-            update={"every_steps": 10, "keep_last": 3})}),
+            update={"every_steps": 50, "keep_last": 3})}),
         "resources": variant.resources.model_copy(update={
             "time_minutes": 1, "requeue_signal_seconds": 35, "cpus_per_gpu": 1, "partition": "debug"}),
     })
     launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path, launcher="inline")
-    launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm")
+    with _releasing_requeued_jobs():
+        launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm")
     logs = "".join(path.read_text() for path in (tmp_path / "slurm/submitit").glob("*_log.*"))
     assert "Requeued job" in logs and "resumed from" in logs, logs[-3000:]
     straight = torch.load(tmp_path / "straight/train/final.pt", weights_only=False)["model"]
