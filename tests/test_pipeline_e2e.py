@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [SNAKEMAKE, "--cores", "2", "--configfile", "pipeline.yaml", *args],
+        [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml", *args],
         cwd=workdir, capture_output=True, text=True, timeout=1200,
     )
 
@@ -47,6 +47,7 @@ def pipeline(tmp_path_factory) -> Path:
     experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     experiment["training"]["steps"] = 200
     experiment["training"]["eval_every_steps"] = 100
+    experiment["training"]["checkpoints"]["every_steps"] = 40  # 5 checkpoints to average
     experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline_config = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
@@ -136,7 +137,7 @@ def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tm
     with running_mlflow_server(tmp_path) as url:
         environment = dict(os.environ, MLFLOW_TRACKING_URI=url)
         result = subprocess.run(
-            [SNAKEMAKE, "--cores", "2", "--configfile", "pipeline.yaml", "results/tiny/base/bleu.json"],
+            [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml", "results/tiny/base/bleu.json"],
             cwd=pipeline, capture_output=True, text=True, timeout=900, env=environment,
         )
         assert result.returncode == 0, result.stderr[-4000:]

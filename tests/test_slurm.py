@@ -48,13 +48,14 @@ def _workdir(tmp_path: Path, experiment_edit) -> Path:
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [SNAKEMAKE, "--profile", "slurm-local", "--configfile", "pipeline.yaml", *args],
+        [SNAKEMAKE, "--profile", "slurm-local", "--configfile=pipeline.yaml", *args],
         cwd=workdir, capture_output=True, text=True, timeout=1500,
     )
 
 
 def _one_short_variant(experiment: dict) -> None:
     experiment["training"] |= {"steps": 40, "eval_every_steps": 20}
+    experiment["training"]["checkpoints"]["every_steps"] = 8  # 5 checkpoints to average
     experiment["variants"] = {"base": experiment["variants"]["base"]}
     experiment["variants"]["base"]["resources"] = {"tasks_per_node": 2, "cpus_per_gpu": 1,
                                                    "time_minutes": 20, "partition": "debug"}

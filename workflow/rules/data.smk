@@ -40,7 +40,7 @@ rule train_bpe:
         vocab=f"{RESULTS}/{{dataset}}/bpe/spm.vocab",
     params:
         experiment=experiment_file,
-    threads: workflow.cores
+    threads: 16  # capped to --cores when run locally
     log:
         f"{RESULTS}/logs/{{dataset}}/train_bpe.log",
     shell:
@@ -55,7 +55,7 @@ rule encode:
         target=f"{RESULTS}/{{dataset}}/data/{{split}}.tgt",
     output:
         directory(f"{RESULTS}/{{dataset}}/encoded/{{split}}"),
-    threads: workflow.cores
+    threads: 16  # capped to --cores when run locally
     log:
         f"{RESULTS}/logs/{{dataset}}/encode_{{split}}.log",
     shell:
