@@ -1,0 +1,27 @@
+"""The benchmark scripts run and print their tables (smoke tests: no timing is asserted)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, *args: str) -> str:
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_prepare_speed_prints_every_stage():
+    output = _run("prepare_speed.py", "--pairs", "3000", "--vocab-size", "800")
+    for stage in ("extract + normalise + clean", "sentencepiece BPE training", "encoding", "peak resident memory"):
+        assert stage in output
+
+
+def test_model_speed_compares_ours_with_the_peers():
+    output = _run("model_speed.py", "--size", "cpu", "--vocab", "500", "--steps", "1",
+                  "--decode-sentences", "4", "--max-tokens", "256")
+    assert "| ours |" in output and "| peer: torch.nn.Transformer |" in output
+    assert "recomputing the prefix" in output and "cached / recomputing" in output
