@@ -213,5 +213,7 @@ class Trainer:
             "final_dev_loss": self.last_dev_loss,
             "padding_waste": padding_waste(self.stream.batches, self.train_corpus),
         }
-        (self.train_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        temporary = self.train_dir / "summary.json.tmp"
+        temporary.write_text(json.dumps(summary, indent=2) + "\n")
+        temporary.replace(self.train_dir / "summary.json")
         return summary

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from reproduce.config import ConfigError, load_experiment
+from reproduce.data.download import file_name as download_name
 
 
 def _load_experiments(paths):
@@ -36,17 +37,12 @@ def experiment_file(wildcards):
     return EXPERIMENT_FILES[wildcards.dataset]
 
 
-def download_name(source):
-    """The file a source's URL is downloaded to (a mirror folder must hold the same name)."""
-    return source.url.rstrip("/").rsplit("/", 1)[-1].removeprefix("file:")
-
-
 def _downloads_by_name():
     by_name = {}
     for dataset, experiment in EXPERIMENTS.items():
         for split in ("train", "dev", "test"):
             for source in getattr(experiment.data, split):
-                by_name.setdefault(download_name(source), (dataset, split, source))
+                by_name.setdefault(download_name(source.url), (dataset, split, source))
     return by_name
 
 
@@ -55,7 +51,7 @@ DOWNLOADS = _downloads_by_name()
 
 def split_downloads(wildcards):
     sources = getattr(EXPERIMENTS[wildcards.dataset].data, wildcards.split)
-    return [f"{RESULTS}/downloads/{download_name(source)}" for source in sources]
+    return [f"{RESULTS}/downloads/{download_name(source.url)}" for source in sources]
 
 
 def variant_dir(dataset, variant):
