@@ -150,3 +150,16 @@ def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tm
         assert len(runs) == 1
         assert "test_averaged_sacrebleu" in runs[0].data.metrics
         assert runs[0].data.params["model.d_model"] == "64"
+
+
+def test_snakemake_tables_renders_what_exists_without_training(tmp_path):
+    for item in ("Snakefile", "workflow", "configs"):
+        source = ROOT / item
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
+    result = subprocess.run([SNAKEMAKE, "--cores", "1", "tables"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table3 = pd.read_csv(tmp_path / "results/tiny/tables/table3.csv")
+    assert len(table3) == 5 and table3["BLEU (dev)"].isna().all()
+    assert not (tmp_path / "results/tiny/base").exists()  # nothing was trained
+    assert not (tmp_path / "results/downloads").exists()

@@ -19,8 +19,8 @@ rule final_tables:
 rule tables:
     """Render whatever has finished, marking missing cells; never triggers training."""
     run:
-        for dataset in EXPERIMENTS:
+        for dataset, experiment_path in EXPERIMENT_FILES.items():
             shell(
-                "{REPRODUCE} tables --experiment {EXPERIMENT_FILES[dataset]} --results {RESULTS}"
+                "{REPRODUCE} tables --experiment {experiment_path} --results {RESULTS}"
                 " --out-dir {RESULTS}/{dataset}/tables"
             )
