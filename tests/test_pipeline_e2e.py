@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.project_copy import copy_workflow
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 VARIANTS = ["base", "A_h1", "E_learned"]
@@ -44,10 +46,7 @@ def _planned_jobs(workdir: Path, *targets: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("pipeline")
-    for item in ("Snakefile", "workflow", "configs"):
-        source = ROOT / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / item)
+    workdir = copy_workflow(tmp_path_factory.mktemp("pipeline"))
     experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     experiment["training"] |= {"steps": 300, "warmup_steps": 100, "eval_every_steps": 100}
     experiment["training"]["checkpoints"]["every_steps"] = 50  # 6 checkpoints, the last 5 averaged
@@ -153,9 +152,7 @@ def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tm
 
 
 def test_snakemake_tables_renders_what_exists_without_training(tmp_path):
-    for item in ("Snakefile", "workflow", "configs"):
-        source = ROOT / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / item)
+    copy_workflow(tmp_path)
     result = subprocess.run([SNAKEMAKE, "--cores", "1", "tables"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -16,6 +16,7 @@ import yaml
 
 from reproduce.config import load_experiment
 from reproduce.training.launch import launch_training
+from tests.project_copy import copy_workflow
 from tests.slurm_cluster import require_local_slurm
 from tests.training_fixtures import random_corpus, small_variant
 
@@ -31,11 +32,7 @@ def slurm():
 
 
 def _workdir(tmp_path: Path, experiment_edit) -> Path:
-    workdir = tmp_path / "project"
-    workdir.mkdir()
-    for item in ("Snakefile", "workflow", "configs"):
-        source = ROOT / item
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, workdir / item)
+    workdir = copy_workflow(tmp_path / "project")
     shutil.copytree(ROOT / "tests/profiles/slurm-local", workdir / "slurm-local")
     experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     experiment_edit(experiment)
