@@ -29,16 +29,16 @@ def label_smoothed_loss(logits: Tensor, targets: Tensor, epsilon: float) -> tupl
     logits ``[B, T, V]``, targets ``[B, T]`` (PAD where there is nothing to predict).
     """
     vocab_size = logits.size(-1)
-    log_probs = torch.log_softmax(logits.float(), dim=-1).view(-1, vocab_size)
+    log_probs = torch.log_softmax(logits.float(), dim=-1).view(-1, vocab_size)  # [N, V]
     targets = targets.reshape(-1)
     real = targets.ne(PAD)
-    log_probs, targets = log_probs[real], targets[real]
-    reference = log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)
+    reference = log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # [N]
     if epsilon == 0.0:
-        return -reference.sum(), int(targets.numel())
-    others = log_probs.sum(dim=1) - reference - log_probs[:, PAD]
-    loss = -(1.0 - epsilon) * reference - epsilon / (vocab_size - 2) * others
-    return loss.sum(), int(targets.numel())
+        per_token = -reference
+    else:
+        others = log_probs.sum(dim=1) - reference - log_probs[:, PAD]
+        per_token = -(1.0 - epsilon) * reference - epsilon / (vocab_size - 2) * others
+    return per_token.masked_fill(~real, 0.0).sum(), int(real.sum())
 
 
 def negative_log_likelihood(logits: Tensor, targets: Tensor) -> tuple[Tensor, int]:

@@ -140,8 +140,9 @@ class Trainer:
                 logits = self.model(batch.source, batch.target_input)
             loss, _ = label_smoothed_loss(logits, batch.target_output, self.config.label_smoothing)
             (loss / step_target_tokens).backward()
-            loss_sum += torch.tensor([loss.item(), batch.source_tokens, batch.target_tokens],
-                                     dtype=torch.float64, device=self.device)
+            loss_sum[0] += loss.detach()  # stays on the device: no synchronisation per micro-batch
+            loss_sum[1] += batch.source_tokens
+            loss_sum[2] += batch.target_tokens
         distributed.all_reduce_gradients(self.parameters)
         distributed.all_reduce_sum(loss_sum)
         self.step += 1
