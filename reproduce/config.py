@@ -143,6 +143,8 @@ class TrainingConfig(Strict):
     # Checkpoints averaged for the final model (paper: 5 base, 20 big).
     average_last: int = Field(default=5, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"
+    # Compile the model's forward and backward with torch.compile (worth it on GPUs).
+    compile: bool = False
 
     @model_validator(mode="after")
     def _enough_checkpoints_kept(self) -> "TrainingConfig":

@@ -107,3 +107,17 @@ def test_averaging_equals_the_hand_computed_mean(tmp_path):
     assert torch.equal(state["model"]["w"], torch.full((2, 2), 4.0))
     with pytest.raises(ValueError, match="3 checkpoints, but average_last asks for 4"):
         average_last(tmp_path, 4, tmp_path / "averaged.pt")
+
+
+@pytest.mark.slow
+def test_torch_compile_trains_the_same_model(corpora, tmp_path):
+    train, dev = corpora
+    eager, compiled = small_variant(steps=3, dropout=0.0), small_variant(steps=3, dropout=0.0, compile=True)
+    Trainer(eager, "t", train, dev, tmp_path / "eager").run()
+    Trainer(compiled, "t", train, dev, tmp_path / "compiled").run()
+    a, b = _final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"]
+    assert a.keys() == b.keys()  # checkpoints hold the plain model, not the compiled wrapper
+    key_bias = _key_bias_masks(eager.model, a)
+    for name, tensor in a.items():
+        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+        assert torch.allclose(tensor[~mask], b[name][~mask], atol=1e-5), name

@@ -65,7 +65,7 @@ def pack_batches(
     return batches
 
 
-def collate(corpus: EncodedCorpus, indices: np.ndarray) -> Batch:
+def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False) -> Batch:
     sources = [corpus.source(int(i)) for i in indices]
     targets = [corpus.target(int(i)) for i in indices]
     source_width = max(len(s) for s in sources) + 1
@@ -80,6 +80,8 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray) -> Batch:
         target_input[row, 1 : len(t) + 1] = torch.from_numpy(t)
         target_output[row, : len(t)] = torch.from_numpy(t)
         target_output[row, len(t)] = EOS
+    if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
+        source, target_input, target_output = source.pin_memory(), target_input.pin_memory(), target_output.pin_memory()
     return Batch(source, target_input, target_output,
                  sum(len(s) + 1 for s in sources), sum(len(t) + 1 for t in targets))
 

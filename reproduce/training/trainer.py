@@ -16,6 +16,7 @@ import math
 import random
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -59,6 +60,10 @@ class Trainer:
 
         torch.manual_seed(self.training.seed)  # identical initial weights on every rank
         self.model = Transformer(self.config, self.vocab_size).to(self.device)
+        # The compiled module shares the model's parameters; checkpoints save the plain model.
+        self.forward = torch.compile(self.model) if self.training.compile else self.model
+        # Batches of a step are assembled in a background thread while the device computes.
+        self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.parameters = list(self.model.parameters())
         t = self.training
         self.optimizer = torch.optim.Adam(self.parameters, lr=0.0, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
@@ -134,10 +139,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=False)
         loss_sum = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss, src, tgt tokens
         autocast = self.training.precision == "bf16" and self.device.type == "cuda"
-        for indices in group[self.rank :: self.world]:
-            batch = collate(self.train_corpus, indices).to(self.device)
+        pin = self.device.type == "cuda"
+        batches = [self.loader.submit(collate, self.train_corpus, indices, pin)
+                   for indices in group[self.rank :: self.world]]
+        for pending in batches:
+            batch = pending.result().to(self.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                logits = self.model(batch.source, batch.target_input)
+                logits = self.forward(batch.source, batch.target_input)
             loss, _ = label_smoothed_loss(logits, batch.target_output, self.config.label_smoothing)
             (loss / step_target_tokens).backward()
             loss_sum[0] += loss.detach()  # stays on the device: no synchronisation per micro-batch
