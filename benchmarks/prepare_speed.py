@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import sentencepiece
 
 from reproduce.config import BpeConfig, Cleaning, Source
 from reproduce.data.bpe import encode_split, train_sentencepiece
 from reproduce.data.prepare import prepare_split
 
 
-def synthetic_side(rng: np.random.Generator, words: np.ndarray, pairs: int) -> list[str]:
-    lengths = np.clip(rng.lognormal(np.log(22), 0.5, pairs).astype(int), 1, 120)
-    ranks = rng.zipf(1.3, lengths.sum()) % len(words)
+def synthetic_side(rng: np.random.Generator, words: np.ndarray, lengths: np.ndarray) -> list[str]:
+    ranks = (rng.zipf(1.1, lengths.sum()) - 1) % len(words)
     flat, lines, start = words[ranks], [], 0
     for length in lengths:
         lines.append(" ".join(flat[start : start + length]) + " .")
@@ -37,8 +37,10 @@ def make_archive(folder: Path, pairs: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyzäöüé"))
     words = np.array(["".join(rng.choice(letters, rng.integers(2, 11))) for _ in range(60_000)])
-    for side in ("en", "de"):
-        (folder / f"corpus.{side}").write_text("\n".join(synthetic_side(rng, words, pairs)) + "\n")
+    source_lengths = np.clip(rng.lognormal(np.log(22), 0.5, pairs), 1, 120).astype(int)
+    target_lengths = np.clip(source_lengths * rng.normal(1.05, 0.12, pairs), 1, 120).astype(int)
+    for side, lengths in (("en", source_lengths), ("de", target_lengths)):
+        (folder / f"corpus.{side}").write_text("\n".join(synthetic_side(rng, words, lengths)) + "\n")
     archive = folder / "corpus.tgz"
     with tarfile.open(archive, "w:gz") as bundle:
         for side in ("en", "de"):
@@ -64,7 +66,8 @@ def main() -> None:
         started = time.perf_counter()
         model = train_sentencepiece(folder / "data/train.src", folder / "data/train.tgt",
                                     BpeConfig(vocab_size=args.vocab_size), folder / "bpe/spm")
-        timings[f"sentencepiece BPE training ({args.vocab_size} pieces)"] = time.perf_counter() - started
+        pieces = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
+        timings[f"sentencepiece BPE training ({pieces} pieces)"] = time.perf_counter() - started
         started = time.perf_counter()
         encode_split(model, folder / "data/train.src", folder / "data/train.tgt", folder / "encoded")
         timings["encoding (all cores)"] = time.perf_counter() - started
