@@ -21,7 +21,7 @@ def test_prepare_speed_prints_every_stage():
 
 
 def test_model_speed_compares_ours_with_the_peers():
-    output = _run("model_speed.py", "--size", "cpu", "--vocab", "500", "--steps", "1",
+    output = _run("model_speed.py", "--size", "cpu", "--vocab", "500", "--steps", "1", "--repeats", "1",
                   "--decode-sentences", "4", "--max-tokens", "256")
     assert "| ours |" in output and "| peer: torch.nn.Transformer |" in output
     assert "recomputing the prefix" in output and "cached / recomputing" in output

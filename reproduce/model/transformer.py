@@ -82,6 +82,12 @@ class Transformer(nn.Module):
 
         With a ``cache``, ``target_input`` holds only the positions after the cached prefix.
         """
+        return self.project(self.decoder_states(target_input, encoded, cache))
+
+    def decoder_states(
+        self, target_input: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
+    ) -> Tensor:
+        """The decoder stack's output ``[B, T, d_model]``, before the pre-softmax projection."""
         offset = 0 if cache is None else cache.length
         if cache is not None and not cache.layers:
             cache.layers = [{} for _ in self.decoder]
@@ -91,7 +97,11 @@ class Transformer(nn.Module):
             x = layer(x, encoded.memory, encoded.padding, layer_cache)
         if cache is not None:
             cache.length += target_input.size(1)
-        return F.linear(x, self.embedding.weight)  # pre-softmax projection, shared weights
+        return x
+
+    def project(self, states: Tensor) -> Tensor:
+        """Pre-softmax linear projection with the shared embedding matrix (section 3.4)."""
+        return F.linear(states, self.embedding.weight)
 
     def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
         return self.decode(target_input, self.encode(source))
