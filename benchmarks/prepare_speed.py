@@ -9,6 +9,7 @@ a statmt-style .tgz, and times the pipeline's own functions on it. Prints a mark
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import resource
 import tarfile
@@ -74,7 +75,7 @@ def main() -> None:
     peak_mib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     print(f"{args.pairs} synthetic pairs ({report['kept']} kept after cleaning), "
-          f"{platform.processor() or platform.machine()}, cores: {len(__import__('os').sched_getaffinity(0))}")
+          f"{platform.processor() or platform.machine()}, cores: {len(os.sched_getaffinity(0))}\n")
     print("| stage | seconds | seconds per million pairs |")
     print("|---|---|---|")
     for stage, seconds in timings.items():
