@@ -101,12 +101,17 @@ def _client(results_dir: Path) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri(results_dir))
 
 
-def _experiment_id(client: MlflowClient, dataset: str) -> str:
+def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str:
     experiment = client.get_experiment_by_name(dataset)
     if experiment is not None:
         return experiment.experiment_id
+    # The embedded store keeps artifacts beside it (MLflow's default is ./mlruns in the working
+    # directory); a tracking server decides for itself.
+    artifacts = None
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        artifacts = (results_dir / "mlartifacts").resolve().as_uri()
     try:
-        return client.create_experiment(dataset)
+        return client.create_experiment(dataset, artifact_location=artifacts)
     except mlflow.exceptions.MlflowException:  # created meanwhile by a parallel job
         return client.get_experiment_by_name(dataset).experiment_id
 
@@ -125,7 +130,7 @@ def start_variant_run(
         except mlflow.exceptions.MlflowException:
             pass  # recorded in another store (MLFLOW_TRACKING_URI changed): start a new run
     run = client.create_run(
-        _experiment_id(client, dataset),
+        _experiment_id(client, dataset, results_dir),
         run_name=variant,
         tags={
             "dataset": dataset,
@@ -158,7 +163,7 @@ def find_variant_run(results_dir: Path, dataset: str, variant: str) -> VariantRu
 def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
     """The run named 'tables' of the dataset's experiment (reused), holding the rendered tables."""
     client = _client(results_dir)
-    experiment_id = _experiment_id(client, dataset)
+    experiment_id = _experiment_id(client, dataset, results_dir)
     existing = client.search_runs([experiment_id], filter_string="tags.kind = 'tables'")
     if existing:
         run_id = existing[0].info.run_id

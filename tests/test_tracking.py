@@ -57,3 +57,15 @@ def test_flat_params_name_every_hyper_parameter():
     assert params["model.d_model"] == 1024
     assert params["training.checkpoints.keep_last"] == 20
     assert params["decoding.beam_size"] == 4
+
+
+def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    artifact = tmp_path / "table2.md"
+    artifact.write_text("| model |\n")
+    with tables_run(results, "tiny") as run:
+        run.log_artifact(artifact, "tables")
+    assert (results / "mlartifacts").is_dir()
+    assert not (tmp_path / "mlruns").exists()
