@@ -1,46 +1,127 @@
-"""BLEU two ways on hand-made cases whose value follows from the formula."""
+"""BLEU two ways, on hand-made cases whose value follows from the formula
+BLEU = BP * (p1 p2 p3 p4)^(1/4), BP = exp(1 - r/c) when c < r (corpus-level counts)."""
 
 import math
+import random
+from collections import Counter
 
 import pytest
 
-from reproduce.scoring.bleu import paper_tokenize, sacrebleu_score, score_translations, tokenized_bleu
+from reproduce.scoring.bleu import (
+    paper_tokenize,
+    sacrebleu_score,
+    score_translations,
+    tokenized_bleu,
+)
+
+
+def bleu_by_hand(precisions: list[float], hypothesis_length: int, reference_length: int) -> float:
+    brevity = min(1.0, math.exp(1 - reference_length / hypothesis_length))
+    return 100 * brevity * math.prod(precisions) ** 0.25
+
+
+def multi_bleu_brute_force(hypotheses: list[str], references: list[str]) -> float:
+    """multi-bleu.perl's arithmetic, written out: clipped n-gram counts summed over the corpus."""
+    correct, total, hypothesis_length, reference_length = [0] * 4, [0] * 4, 0, 0
+    for hypothesis, reference in zip(hypotheses, references):
+        h, r = hypothesis.split(), reference.split()
+        hypothesis_length, reference_length = hypothesis_length + len(h), reference_length + len(r)
+        for n in range(1, 5):
+            h_ngrams = Counter(tuple(h[i : i + n]) for i in range(len(h) - n + 1))
+            r_ngrams = Counter(tuple(r[i : i + n]) for i in range(len(r) - n + 1))
+            total[n - 1] += sum(h_ngrams.values())
+            correct[n - 1] += sum(min(count, r_ngrams[g]) for g, count in h_ngrams.items())
+    if 0 in correct:
+        return 0.0
+    precisions = [c / t for c, t in zip(correct, total)]
+    return bleu_by_hand(precisions, hypothesis_length, reference_length)
 
 
 def test_identical_output_scores_100():
-    lines = ["The cat sat on the mat .", "A dog barked loudly ."]
+    lines = ["The cat sat on the mat.", "A dog barked loudly."]
     assert sacrebleu_score(lines, lines)[0] == pytest.approx(100.0)
     assert tokenized_bleu(lines, lines, "en") == pytest.approx(100.0)
 
 
-def test_a_case_computed_by_hand():
-    # hypothesis: a b c d e f (6 tokens), reference: a b c d x f g (7 tokens)
-    # matches: 1-grams 5/6, 2-grams 3/5 (ab bc cd), 3-grams 2/4 (abc bcd), 4-grams 1/3 (abcd)
-    # brevity penalty exp(1 - 7/6)
-    expected = 100 * math.exp(1 - 7 / 6) * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25
-    assert tokenized_bleu(["a b c d e f"], ["a b c d x f g"], "en") == pytest.approx(expected, rel=1e-9)
+def test_tokenized_bleu_of_a_case_computed_by_hand():
+    # hypothesis a b c d e f (6 tokens), reference a b c d x f g (7 tokens):
+    # 1-grams 5/6, 2-grams 3/5 (ab bc cd), 3-grams 2/4 (abc bcd), 4-grams 1/3 (abcd); c=6 < r=7.
+    expected = bleu_by_hand([5 / 6, 3 / 5, 2 / 4, 1 / 3], 6, 7)
+    assert expected == pytest.approx(45.48, abs=0.01)
+    assert tokenized_bleu(["a b c d e f"], ["a b c d x f g"], "en") == pytest.approx(expected)
 
 
-def test_sacrebleu_reports_its_signature():
-    _, signature = sacrebleu_score(["Hello there ."], ["Hello there ."])
-    assert "tok:13a" in signature and "version:" in signature
+def test_counts_are_summed_over_the_corpus_before_the_precisions():
+    # Sentence 1: "a b c d" vs "a b c d" (4/4, 3/3, 2/2, 1/1); sentence 2: "x y" vs "x z w"
+    # (1-grams 1/2, 2-grams 0/1, nothing longer). Corpus: 5/6, 3/4, 2/2, 1/1; c=6 < r=7.
+    expected = bleu_by_hand([5 / 6, 3 / 4, 2 / 2, 1 / 1], 6, 7)
+    assert tokenized_bleu(["a b c d", "x y"], ["a b c d", "x z w"], "en") == pytest.approx(expected)
+
+
+def test_an_ngram_order_without_a_match_gives_zero_as_in_multi_bleu():
+    assert tokenized_bleu(["a b c x"], ["a b y c"], "en") == 0.0  # no 3-gram matches
+
+
+def test_tokenized_scoring_equals_multi_bleu_arithmetic_on_random_corpora():
+    generator = random.Random(0)
+    words = "a b c d e f".split()
+    for _ in range(20):
+        references = [" ".join(generator.choices(words, k=generator.randint(1, 12)))
+                      for _ in range(generator.randint(1, 8))]
+        hypotheses = [" ".join(w if generator.random() < 0.7 else generator.choice(words)
+                               for w in line.split()[: generator.randint(1, 12)])
+                      for line in references]
+        assert tokenized_bleu(hypotheses, references, "en") == pytest.approx(
+            multi_bleu_brute_force(hypotheses, references), abs=1e-9)
+
+
+def test_sacrebleu_tokenizes_detokenized_text_with_13a_and_reports_its_signature():
+    # 13a splits the final period: "The cat sat on the mat ." (7) vs "The cat sat on a mat ." (7)
+    # 1-grams 6/7, 2-grams 4/6, 3-grams 2/5 (The cat sat, cat sat on), 4-grams 1/4; BP = 1.
+    score, signature = sacrebleu_score(["The cat sat on the mat."], ["The cat sat on a mat."])
+    assert score == pytest.approx(bleu_by_hand([6 / 7, 4 / 6, 2 / 5, 1 / 4], 7, 7))
+    assert "tok:13a" in signature and "smooth:exp" in signature and "version:" in signature
+
+
+def test_moses_tokenization_splits_punctuation_and_keeps_abbreviations():
+    assert paper_tokenize('Er sagte: "z.B. 1.000,50 Euro."', "de") == \
+        "Er sagte : &quot; z.B. 1.000,50 Euro . &quot;"
 
 
 def test_hyphenated_compounds_are_split_as_in_get_ende_bleu():
     assert paper_tokenize("Das Hotel-Restaurant ist gut.", "de") == \
         "Das Hotel ##AT##-##AT## Restaurant ist gut ."
-    # A wrong compound half still earns the shared half and the hyphen after splitting.
-    hypothesis, reference = ["ein Hotel-Bar"], ["ein Hotel-Restaurant"]
-    # unsplit: tokens (ein, Hotel-Bar) vs (ein, Hotel-Restaurant) -> 1-gram 1/2, no 2-gram match
-    # split: ein Hotel ##AT##-##AT## Bar vs ein Hotel ##AT##-##AT## Restaurant -> 1-grams 3/4,
-    # 2-grams 2/3, 3-grams 1/2, 4-grams 0/1 -> 0 without smoothing
-    assert tokenized_bleu(hypothesis, reference, "de") == pytest.approx(0.0)
-    longer_h = ["ein gutes Hotel-Bar hier"]
-    longer_r = ["ein gutes Hotel-Restaurant hier"]
-    # 6 tokens each after splitting (##AT##-##AT## is one): 1-grams 5/6, 2-grams 3/5, 3-grams 2/4,
-    # 4-grams 1/3; without the split no 3-gram would match and BLEU would be 0.
-    split = 100 * (5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25
-    assert tokenized_bleu(longer_h, longer_r, "de") == pytest.approx(split, rel=1e-9)
+    # Non-overlapping, left to right, like perl's s{(\S)-(\S)}{...}g (checked with perl).
+    assert paper_tokenize("Der 3-D-Drucker", "de") == "Der 3 ##AT##-##AT## D-Drucker"
+
+
+def test_compound_split_rewards_the_correct_half_of_a_wrong_compound():
+    hypothesis, reference = ["ein gutes Hotel-Bar hier"], ["ein gutes Hotel-Restaurant hier"]
+    # Without the split: 4 tokens each, 1-grams 3/4, 2-grams 1/3, 3-grams 0/2 -> BLEU 0.
+    assert multi_bleu_brute_force(hypothesis, reference) == 0.0
+    # With it: "ein gutes Hotel ##AT##-##AT## Bar hier" vs "... Restaurant hier", 6 tokens each:
+    # 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3.
+    expected = bleu_by_hand([5 / 6, 3 / 5, 2 / 4, 1 / 3], 6, 6)
+    assert tokenized_bleu(hypothesis, reference, "de") == pytest.approx(expected)
+    assert expected == pytest.approx(53.73, abs=0.01)
+
+
+def test_score_translations_reads_files_line_by_line(tmp_path):
+    # U+2028 is inside a sentence: str.splitlines would have broken the line in two.
+    (tmp_path / "hyp.txt").write_text("Das Hotel-Restaurant ist gut.\nEin\u2028Test .\n")
+    (tmp_path / "ref.txt").write_text("Das Hotel-Restaurant ist gut.\nEin\u2028Test .\n")
+    scores = score_translations(tmp_path / "hyp.txt", tmp_path / "ref.txt", "de")
+    assert scores["sentences"] == 2
+    assert scores["sacrebleu"] == pytest.approx(100.0)
+    assert scores["tokenized_bleu"] == pytest.approx(100.0)
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|")
+
+
+def test_empty_files_are_an_error_naming_them(tmp_path):
+    (tmp_path / "hyp.txt").write_text("")
+    (tmp_path / "ref.txt").write_text("")
+    with pytest.raises(ValueError, match=r"hyp\.txt and .*ref\.txt are empty"):
+        score_translations(tmp_path / "hyp.txt", tmp_path / "ref.txt", "de")
 
 
 def test_line_count_mismatch_names_both_files(tmp_path):

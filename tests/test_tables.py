@@ -1,77 +1,267 @@
-"""Tables rendered from a results folder where some variants have not finished."""
+"""Tables 2 and 3 rendered from a hand-made results folder where some variants have not finished."""
 
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from reproduce.config import load_experiment
+from reproduce.config import Experiment, load_experiment
+from reproduce.tables.paper import paper_table2, paper_table3
+from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
+from reproduce.tables.results import read_variant
+from reproduce.tables.table3 import build_table3
 
 ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _write(path: Path, payload) -> None:
+def make_experiment(pair: str = "en_de", table2: dict | None = None) -> Experiment:
+    source = {"name": "corpus", "url": "file:corpus.tgz"}
+    return Experiment.model_validate({
+        "name": "toy",
+        "source_lang": "en",
+        "target_lang": "de",
+        "data": {"train": [source], "dev": [source], "test": [source]},
+        "bpe": {"vocab_size": 500},
+        "model": {"layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "d_k": 16, "d_v": 16},
+        "training": {"steps": 600, "checkpoints": {"keep_last": 5}, "average_last": 5},
+        "tables": {"table2": {"base": "base", "big": "big"} if table2 is None else table2,
+                   "paper_language_pair": pair},
+        "variants": {
+            "base": {"table3_row": "base"},
+            "A_h1": {"table3_row": "A", "model": {"heads": 1, "d_k": 64, "d_v": 64}},
+            "warmup_probe": {"training": {"warmup_steps": 10}},  # not in Table 3
+            "E_learned": {"table3_row": "E", "model": {"positional": "learned"}},
+            "big": {"table3_row": "big", "model": {"d_model": 128, "dropout": 0.3},
+                    "training": {"steps": 900, "checkpoints": {"keep_last": 20},
+                                 "average_last": 20}},
+        },
+    })
+
+
+def write_json(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload))
 
 
+def scores(tokenized: float, sacre: float, perplexity: float) -> dict:
+    return {"tokenized_bleu": tokenized, "sacrebleu": sacre, "perplexity": perplexity,
+            "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}
+
+
 @pytest.fixture
-def results(tmp_path):
-    base = tmp_path / "tiny" / "base"
-    _write(base / "train/summary.json", {"parameters": 2_000_000, "source_tokens": 1000,
-                                          "target_tokens": 1500, "gpu_hours": 2.0, "steps": 600})
-    _write(base / "bleu.json", {
-        "dev": {"sacrebleu": 60.0, "tokenized_bleu": 61.5, "perplexity": 1.5},
-        "test": {"sacrebleu": 62.0, "tokenized_bleu": 63.25, "perplexity": 1.4},
-    })
+def results(tmp_path) -> Path:
+    """base: finished; A_h1: trained, not scored; E_learned: training; big: not started."""
+    base = tmp_path / "results" / "toy" / "base"
+    write_json(base / "train/summary.json", {
+        "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
+        "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100"})
+    write_json(base / "bleu.json", {"dataset": "toy", "variant": "base",
+                                    "dev": scores(21.5, 20.0, 6.25),
+                                    "test": scores(23.25, 22.0, 5.5)})
     (base / "train/metrics.jsonl").write_text(
-        '{"step": 100, "dev_loss": 1.0, "dev_perplexity": 2.718}\n'
         '{"step": 100, "train_loss": 2.0, "lr": 0.001, "tokens_per_second": 5.0}\n'
-        '{"step": 200, "dev_loss": 0.5, "dev_perplexity": 1.648}\n'
+        '{"step": 100, "dev_loss": 2.0, "dev_perplexity": 7.389}\n'
+        '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n'
     )
-    _write(tmp_path / "tiny" / "A_h1" / "train/summary.json", {"parameters": 1_500_000})
-    return tmp_path
+    a_h1 = tmp_path / "results" / "toy" / "A_h1"
+    write_json(a_h1 / "train/summary.json", {
+        "parameters": 1_500_000, "source_tokens": 800, "target_tokens": 900, "gpu_hours": 0.0,
+        "world_size": 1, "device": "cpu"})
+    learned = tmp_path / "results" / "toy" / "E_learned" / "train/metrics.jsonl"
+    learned.parent.mkdir(parents=True)
+    learned.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n{"step": 2')
+    return tmp_path / "results"
 
 
-def test_table3_puts_our_numbers_beside_the_papers_and_marks_what_is_missing(results, tmp_path):
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    written = render_tables(experiment, results, tmp_path / "tables")
-    assert {path.name for path in written} == {"table2.md", "table2.csv", "table3.md", "table3.csv",
-                                               "bleu_vs_parameters.png", "dev_perplexity.png"}
+def test_table3_puts_our_numbers_beside_the_papers(results, tmp_path):
+    render_tables(make_experiment(), results, tmp_path / "tables")
     table = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant")
-    assert list(table.index) == ["base", "A_h1", "D_ls0", "E_learned", "big"]
-    assert table.loc["base", "PPL (dev)"] == 1.5 and table.loc["base", "paper PPL"] == 4.92
-    assert table.loc["base", "BLEU (dev)"] == 61.5 and table.loc["base", "paper BLEU"] == 25.8
-    assert table.loc["base", "params x10^6"] == 2.0
-    assert table.loc["A_h1", "params x10^6"] == 1.5 and pd.isna(table.loc["A_h1", "BLEU (dev)"])
-    assert table.loc["A_h1", "paper BLEU"] == 24.9 and table.loc["A_h1", "h"] == 1
-    assert table.loc["big", "paper params x10^6"] == 213
-    markdown = (tmp_path / "tables/table3.md").read_text()
-    assert markdown.startswith("# Table 3 — tiny") and "—" in markdown.split("\n|")[4]  # the A_h1 row
+    assert list(table.index) == ["base", "A_h1", "E_learned", "big"]  # config order, Table 3 only
+    assert list(table["row"]) == ["base", "A", "E", "big"]
+    base = table.loc["base"]
+    assert (base["PPL (dev)"], base["paper PPL"]) == (6.25, 4.92)
+    assert (base["BLEU (dev)"], base["paper BLEU"], base["sacreBLEU (dev)"]) == (21.5, 25.8, 20.0)
+    assert (base["params x10^6"], base["paper params x10^6"]) == (2.0, 65)
+    assert base["status"] == "scored"
+    # Hyper-parameters are the resolved variant's, not the paper's.
+    assert (table.loc["A_h1", "h"], table.loc["A_h1", "d_k"], table.loc["A_h1", "N"]) == (1, 64, 2)
+    assert table.loc["big", "d_model"] == 128 and table.loc["big", "P_drop"] == 0.3
+    assert table.loc["big", "train steps"] == 900 and table.loc["base", "train steps"] == 600
+    assert table.loc["E_learned", "positional"] == "learned"
+    assert table.loc["base", "positional"] == "sinusoidal"
+
+
+def test_table3_leaves_missing_results_empty_but_keeps_the_papers_numbers(results, tmp_path):
+    render_tables(make_experiment(), results, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant")
+    a_h1 = table.loc["A_h1"]
+    assert a_h1["params x10^6"] == 1.5 and a_h1["status"] == "pending: trained, not scored"
+    assert pd.isna(a_h1["BLEU (dev)"]) and pd.isna(a_h1["PPL (dev)"])
+    assert (a_h1["paper BLEU"], a_h1["paper PPL"]) == (24.9, 5.29)
+    assert pd.isna(a_h1["paper params x10^6"])  # the paper prints none for row (A)
+    assert table.loc["E_learned", "status"] == "pending: training"
+    assert table.loc["big", "status"] == "pending: not started"
+    assert pd.isna(table.loc["big", "params x10^6"]) and table.loc["big", "paper BLEU"] == 26.4
+
+
+def test_table3_markdown_marks_missing_cells(results, tmp_path):
+    render_tables(make_experiment(), results, tmp_path / "tables")
+    lines = (tmp_path / "tables/table3.md").read_text().splitlines()
+    assert lines[0] == "# Table 3 — toy: variations on the base model"
+    assert lines[2].startswith("Measured: toy (en→de) dev split, last checkpoint")
+    header = [cell.strip() for cell in lines[4].strip("|").split("|")]
+    rows = {cells[1]: dict(zip(header, cells)) for cells in
+            ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[6:10])}
+    assert rows["base"]["BLEU (dev)"] == "21.50" and rows["base"]["paper BLEU"] == "25.80"
+    assert rows["base"]["params x10^6"] == "2" and rows["base"]["P_drop"] == "0.1"
+    assert rows["A_h1"]["BLEU (dev)"] == "—" and rows["A_h1"]["paper params x10^6"] == "—"
+    assert rows["big"]["PPL (dev)"] == "—" and rows["big"]["paper PPL"] == "4.33"
 
 
 def test_table2_computes_the_difference_and_the_training_cost(results, tmp_path):
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    render_tables(experiment, results, tmp_path / "tables")
+    render_tables(make_experiment(), results, tmp_path / "tables")
     table = pd.read_csv(tmp_path / "tables/table2.csv").set_index("model")
     base = table.loc["Transformer (base model)"]
-    assert base["BLEU (tokenized)"] == 63.25 and base["paper BLEU"] == 27.3
-    assert base["BLEU - paper"] == pytest.approx(63.25 - 27.3)
+    assert (base["BLEU (tokenized)"], base["sacreBLEU"], base["paper BLEU"]) == (23.25, 22.0, 27.3)
+    assert base["BLEU - paper"] == pytest.approx(23.25 - 27.3)
+    assert base["GPU-hours"] == 2.0 and base["device"] == "2 x NVIDIA H100"
     assert base["FLOPs (GPU-hours x rate)"] == pytest.approx(2.0 * 3600 * 9.5e12)
-    assert base["FLOPs (6 N D)"] == pytest.approx(6 * 2_000_000 * 2500)
+    assert base["FLOPs (6 x params x tokens)"] == pytest.approx(6 * 2_000_000 * (1000 + 1500))
     assert base["paper FLOPs"] == pytest.approx(3.3e18)
-    assert table.loc["Transformer (big)", "status"] == "pending"
-    assert table.loc["ConvS2S", "status"] == "cited, not reproduced"
-    assert table.loc["ConvS2S", "paper BLEU"] == 25.16
+    big = table.loc["Transformer (big)"]
+    assert big["status"] == "pending: not started (big)"
+    assert pd.isna(big["BLEU (tokenized)"]) and pd.isna(big["BLEU - paper"])
+    assert (big["paper BLEU"], big["paper FLOPs"]) == (28.4, 2.3e19)
 
 
-def test_plots_are_written_even_with_nothing_finished(tmp_path):
-    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
-    render_tables(experiment, tmp_path / "empty", tmp_path / "tables")
+def test_table2_lists_the_cited_systems_after_ours(results, tmp_path):
+    render_tables(make_experiment(), results, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables/table2.csv")
+    assert list(table["model"][:2]) == ["Transformer (base model)", "Transformer (big)"]
+    cited = table[table["status"] == "cited, not reproduced"].set_index("model")
+    # Every system with an EN-DE number; Deep-Att + PosUnk (EN-FR only) is left out.
+    assert list(cited.index) == ["ByteNet", "GNMT + RL", "ConvS2S", "MoE", "GNMT + RL Ensemble",
+                                 "ConvS2S Ensemble"]
+    assert (cited.loc["ConvS2S", "paper BLEU"], cited.loc["ConvS2S", "paper FLOPs"]) == \
+        (25.16, 9.6e18)
+    assert cited["BLEU (tokenized)"].isna().all() and cited["GPU-hours"].isna().all()
+    markdown = (tmp_path / "tables/table2.md").read_text()
+    assert markdown.startswith("# Table 2 — toy: BLEU and training cost\n\nMeasured: toy (en→de)"
+                               " test split, averaged checkpoint (base = base: last 5, big = big:"
+                               " last 20)")
+    notes = markdown.split("Notes:")[1]
+    assert "| Transformer (big)" in markdown
+    assert "6 x params x tokens" in notes and "tok:13a" in notes
+
+
+def test_table2_follows_the_paper_language_pair_and_the_variant_mapping(results, tmp_path):
+    experiment = make_experiment(pair="en_fr", table2={"base": "A_h1"})
+    render_tables(experiment, results, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables/table2.csv").set_index("model")
+    ours = table.loc["Transformer (base model)"]
+    assert ours["paper BLEU"] == 38.1 and ours["status"] == "pending: trained, not scored (A_h1)"
+    assert pd.isna(ours["FLOPs (GPU-hours x rate)"])  # a CPU run has no GPU time
+    assert ours["FLOPs (6 x params x tokens)"] == pytest.approx(6 * 1_500_000 * 1700)
+    # big is not mapped: the paper's big row is cited like the other systems.
+    assert table.loc["Transformer (big)", "status"] == "cited, not reproduced"
+    assert table.loc["Deep-Att + PosUnk", "paper BLEU"] == 39.2
+    assert "ByteNet" not in table.index  # no EN-FR number
+
+
+def test_plots_are_written_with_partial_results(results, tmp_path):
+    written = render_tables(make_experiment(), results, tmp_path / "tables")
+    assert [path.name for path in written] == ["table2.md", "table2.csv", "table3.md",
+                                               "table3.csv", "bleu_vs_parameters.png",
+                                               "dev_perplexity.png"]
+    for path in written:
+        assert path.parent == tmp_path / "tables" and path.exists()
     for name in ("bleu_vs_parameters.png", "dev_perplexity.png"):
         data = (tmp_path / "tables" / name).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
-    table = pd.read_csv(tmp_path / "tables/table3.csv")
-    assert len(table) == 20 and table["BLEU (dev)"].isna().all()
+        assert data[:8] == PNG_MAGIC and len(data) > 1000
+    assert not list((tmp_path / "tables").glob("*.tmp"))
+
+
+def test_plots_show_what_has_finished_and_say_when_nothing_has(results, tmp_path):
+    experiment = make_experiment()
+    table3 = build_table3(experiment, results)
+    axes = bleu_vs_parameters_figure(table3, "toy").axes[0]
+    assert [text.get_text() for text in axes.texts] == ["base"]  # only base has BLEU and params
+    assert axes.collections[0].get_offsets().tolist() == [[2.0, 21.5]]
+    curves = {name: read_variant(results, "toy", name) for name in experiment.variants}
+    lines = dev_perplexity_figure(curves, "toy").axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["base", "E_learned"]
+    assert lines[0].get_xdata().tolist() == [100, 200]
+    assert lines[0].get_ydata().tolist() == [7.389, 6.05]
+    empty = build_table3(experiment, tmp_path / "empty")
+    assert [text.get_text() for text in bleu_vs_parameters_figure(empty, "toy").axes[0].texts] == \
+        ["no results yet"]
+    nothing = {"base": read_variant(tmp_path / "empty", "toy", "base")}
+    assert [text.get_text() for text in dev_perplexity_figure(nothing, "toy").axes[0].texts] == \
+        ["no results yet"]
+    plt.close("all")
+
+
+def test_everything_is_written_when_nothing_has_finished(tmp_path):
+    render_tables(make_experiment(), tmp_path / "empty", tmp_path / "tables")
+    for name in ("bleu_vs_parameters.png", "dev_perplexity.png"):
+        data = (tmp_path / "tables" / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 1000
+    table3 = pd.read_csv(tmp_path / "tables/table3.csv")
+    assert len(table3) == 4 and table3["BLEU (dev)"].isna().all()
+    assert table3["paper BLEU"].notna().all()
+
+
+def test_dev_curve_keeps_the_last_record_of_a_step_logged_again_after_a_resume(results):
+    metrics = results / "toy/base/train/metrics.jsonl"
+    again = '{"step": 100, "dev_loss": 1.9, "dev_perplexity": 6.7}\n'
+    metrics.write_text(metrics.read_text() + again)
+    curve = read_variant(results, "toy", "base").dev_curve
+    assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 6.7), (200, 6.05)]
+    learned = read_variant(results, "toy", "E_learned").dev_curve  # half-written last line
+    assert [row["step"] for row in learned] == [100]
+
+
+def test_a_corrupt_results_file_is_named_in_the_error(results, tmp_path):
+    (results / "toy/base/bleu.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"toy/base/bleu\.json: not valid JSON"):
+        render_tables(make_experiment(), results, tmp_path / "tables")
+    (results / "toy/base/bleu.json").unlink()
+    (results / "toy/base/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: not a JSON line"):
+        render_tables(make_experiment(), results, tmp_path / "tables")
+
+
+def test_the_papers_numbers_are_as_printed():
+    table2 = paper_table2().set_index("model")
+    assert len(table2) == 10
+    assert table2.loc["Transformer (big)", ["bleu_en_de", "bleu_en_fr"]].tolist() == [28.4, 41.8]
+    assert table2.loc["MoE", "flops_en_fr"] == 1.2e20
+    table3 = paper_table3()
+    assert len(table3) == 20
+    assert table3.loc["C_d1024", ["ppl_dev", "bleu_dev", "params_millions"]].tolist() == \
+        [4.66, 26.0, 168]
+
+
+def test_every_table3_variant_of_the_wmt14_en_de_config_matches_its_paper_row():
+    """The paper's row of the same name, with blanks read as "same as base", must describe the
+    variant's resolved hyper-parameters: the two are matched by name only."""
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    paper = paper_table3()
+    in_table3 = [name for name, spec in experiment.variants.items() if spec.table3_row]
+    assert in_table3 == list(paper.index)
+    base = paper.loc["base"]
+    columns = {"N": "layers", "d_model": "d_model", "d_ff": "d_ff", "h": "heads", "d_k": "d_k",
+               "d_v": "d_v", "P_drop": "dropout", "eps_ls": "label_smoothing",
+               "positional": "positional"}
+    for name in in_table3:
+        row, variant = paper.loc[name], experiment.variant(name)
+        assert row["row"] == variant.table3_row, name
+        for column, field in columns.items():
+            expected = row[column] if pd.notna(row[column]) else base[column]
+            assert getattr(variant.model, field) == expected, (name, column)
+        steps = row["train_steps"] if pd.notna(row["train_steps"]) else base["train_steps"]
+        assert variant.training.steps == steps, name

@@ -1,4 +1,5 @@
-"""The paper's numbers, kept as data in ``configs/paper/``."""
+"""The paper's own numbers (Tables 2, 3 and 4 of Vaswani et al., 2017), kept as data in
+``configs/paper/`` and shown beside ours. In Table 3 a blank means "same as the base model"."""
 
 from __future__ import annotations
 
@@ -8,10 +9,28 @@ import pandas as pd
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "configs" / "paper"
 
+TABLE2_COLUMNS = ["model", "bleu_en_de", "bleu_en_fr", "flops_en_de", "flops_en_fr",
+                  "reproduced_as"]
+TABLE3_COLUMNS = ["variant", "row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls",
+                  "train_steps", "positional", "ppl_dev", "bleu_dev", "params_millions"]
+
+
+def _read(name: str, columns: list[str], text_columns: list[str]) -> pd.DataFrame:
+    path = PAPER_DIR / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the paper's numbers are missing from this checkout")
+    frame = pd.read_csv(path, dtype={column: "object" for column in text_columns})
+    if list(frame.columns) != columns:
+        raise ValueError(f"{path}: expected columns {columns}, found {list(frame.columns)}")
+    return frame
+
 
 def paper_table2() -> pd.DataFrame:
-    return pd.read_csv(PAPER_DIR / "table2.csv", dtype={"reproduced_as": "string"})
+    """Table 2, one row per system; ``reproduced_as`` is "base"/"big" for the Transformer rows."""
+    return _read("table2.csv", TABLE2_COLUMNS, ["model", "reproduced_as"])
 
 
 def paper_table3() -> pd.DataFrame:
-    return pd.read_csv(PAPER_DIR / "table3.csv").set_index("variant")
+    """Table 3 indexed by our variant names (base, A_h1, ..., E_learned, big)."""
+    table = _read("table3.csv", TABLE3_COLUMNS, ["variant", "row", "positional"])
+    return table.set_index("variant")

@@ -1,4 +1,5 @@
-"""Plots beside the tables: dev BLEU against parameters, and dev perplexity over training."""
+"""Plots beside the tables: dev BLEU against model size (Table 3's variants) and dev perplexity
+over training steps. Drawn from whatever has finished; an empty plot says so."""
 
 from __future__ import annotations
 
@@ -9,18 +10,27 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import LogFormatter  # noqa: E402
 
 from reproduce.tables.results import VariantResults  # noqa: E402
 
 
-def _save(figure, path: Path) -> None:
-    temporary = path.with_name(path.stem + ".tmp.png")
-    figure.savefig(temporary, dpi=120, bbox_inches="tight")
+def save_figure(figure: Figure, path: Path) -> None:
+    """Write ``figure`` as a PNG atomically (a reader never sees half a file) and close it."""
+    temporary = path.with_name(path.name + ".tmp")
+    figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
     plt.close(figure)
     temporary.replace(path)
 
 
-def plot_bleu_vs_parameters(table3: pd.DataFrame, path: Path, dataset: str) -> None:
+def _say_no_results_yet(axes: Axes) -> None:
+    axes.text(0.5, 0.5, "no results yet", ha="center", va="center", transform=axes.transAxes)
+
+
+def bleu_vs_parameters_figure(table3: pd.DataFrame, dataset: str) -> Figure:
+    """Our tokenized dev BLEU against parameters (millions), one labelled point per variant."""
     figure, axes = plt.subplots(figsize=(6, 4))
     done = table3.dropna(subset=["BLEU (dev)", "params x10^6"])
     axes.scatter(done["params x10^6"], done["BLEU (dev)"])
@@ -28,24 +38,26 @@ def plot_bleu_vs_parameters(table3: pd.DataFrame, path: Path, dataset: str) -> N
         axes.annotate(row["variant"], (row["params x10^6"], row["BLEU (dev)"]), fontsize=8,
                       xytext=(3, 3), textcoords="offset points")
     if done.empty:
-        axes.text(0.5, 0.5, "no results yet", ha="center", va="center", transform=axes.transAxes)
+        _say_no_results_yet(axes)
     axes.set(xlabel="parameters (millions)", ylabel="dev BLEU (tokenized)",
              title=f"{dataset}: Table 3 variants")
-    _save(figure, path)
+    return figure
 
 
-def plot_dev_perplexity(curves: dict[str, VariantResults], path: Path, dataset: str) -> None:
+def dev_perplexity_figure(results: dict[str, VariantResults], dataset: str) -> Figure:
+    """Dev perplexity per word-piece over training steps, one curve per variant."""
     figure, axes = plt.subplots(figsize=(6, 4))
-    plotted = False
-    for name, results in curves.items():
-        if results.curve:
-            axes.plot([row["step"] for row in results.curve],
-                      [row["dev_perplexity"] for row in results.curve], label=name, marker=".")
-            plotted = True
-    if plotted:
+    curves = {name: variant.dev_curve for name, variant in results.items() if variant.dev_curve}
+    for name, curve in curves.items():
+        axes.plot([row["step"] for row in curve], [row["dev_perplexity"] for row in curve],
+                  label=name, marker=".")
+    if curves:
         axes.set_yscale("log")
+        # Plain numbers (6, 7, 8) rather than 6 x 10^0; minor ticks labelled when few decades.
+        axes.yaxis.set_major_formatter(LogFormatter())
+        axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
         axes.legend(fontsize=8)
     else:
-        axes.text(0.5, 0.5, "no results yet", ha="center", va="center", transform=axes.transAxes)
+        _say_no_results_yet(axes)
     axes.set(xlabel="training step", ylabel="dev perplexity", title=f"{dataset}: dev perplexity")
-    _save(figure, path)
+    return figure

@@ -1,63 +1,74 @@
-"""Writes Tables 2 and 3 (markdown and CSV) and the plots for one experiment.
+"""Writes Tables 2 and 3 (markdown and CSV) and their plots for one experiment.
 
-Whatever has not finished yet shows as ``—``; rendering never needs a missing result.
+Whatever has not finished yet shows as ``—`` in markdown (an empty cell in CSV); rendering
+never needs, nor triggers, a missing result.
 """
 
 from __future__ import annotations
 
+from numbers import Integral
 from pathlib import Path
 
 import pandas as pd
 
 from reproduce.config import Experiment
-from reproduce.tables.plots import plot_bleu_vs_parameters, plot_dev_perplexity
+from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure, save_figure
 from reproduce.tables.results import read_variant
-from reproduce.tables.table2 import build_table2
-from reproduce.tables.table3 import build_table3
+from reproduce.tables.table2 import build_table2, table2_caption
+from reproduce.tables.table3 import build_table3, table3_caption
 
 MISSING = "—"
-
-
-def _write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+# Number formats by column name (first match wins): BLEU and PPL as the paper prints them.
+NUMBER_FORMATS = [("FLOPs", ".2e"), ("BLEU", ".2f"), ("PPL", ".2f"), ("GPU-hours", ".3g"),
+                  ("params", ".3g")]
 
 
 def _cell(column: str, value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
         return MISSING
-    if isinstance(value, float):
-        return f"{value:.2e}" if "FLOPs" in column else f"{value:.4g}" if abs(value) < 10 else f"{value:.2f}"
-    return str(value)
+    if isinstance(value, (str, Integral)):
+        return str(value)
+    number_format = next((spec for key, spec in NUMBER_FORMATS if key in column), "g")
+    return format(float(value), number_format)
 
 
-def _markdown(frame: pd.DataFrame, title: str, note: str) -> str:
-    shown = pd.DataFrame({column: [_cell(column, value) for value in frame[column]] for column in frame})
+def markdown_table(frame: pd.DataFrame, title: str, measured: str, notes: list[str]) -> str:
+    """A heading, the one-line note on what was measured, the table, then the notes."""
+    shown = pd.DataFrame(
+        {column: [_cell(column, value) for value in frame[column]] for column in frame.columns},
+        columns=frame.columns,
+    )
     table = shown.to_markdown(index=False, disable_numparse=True)
-    return f"# {title}\n\n{note}\n\n{table}\n"
+    notes_text = "\n".join(f"- {note}" for note in notes)
+    return f"# {title}\n\n{measured}\n\n{table}\n\nNotes:\n\n{notes_text}\n"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
 
 
 def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> list[Path]:
+    """Tables 2 and 3 as ``.md`` and ``.csv``, and the two plots, from ``results_dir`` (the
+    results root holding ``{experiment.name}/{variant}/``). Returns the files written."""
+    results_dir, out_dir = Path(results_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    name, pair = experiment.name, experiment.tables.paper_language_pair.replace("_", "-").upper()
     table2, table3 = build_table2(experiment, results_dir), build_table3(experiment, results_dir)
     written = []
-    for stem, frame, title, note in (
-        ("table2", table2, f"Table 2 — {name}",
-         f"Ours: BLEU on the {name} test split with the averaged checkpoint; paper: {pair} newstest2014. "
-         "FLOPs (6 N D) = 6 x parameters x source+target tokens processed (attention's "
-         "length-dependent terms left out); FLOPs (GPU-hours x rate) uses "
-         f"{experiment.tables.gpu_flops_per_second:.3g} FLOP/s per GPU as the paper did."),
-        ("table3", table3, f"Table 3 — {name}",
-         f"Ours: perplexity per word-piece and BLEU on the {name} dev split, last checkpoint (no "
-         "averaging); paper: EN-DE newstest2013."),
+    for stem, frame, (title, measured, notes) in (
+        ("table2", table2, table2_caption(experiment, results_dir)),
+        ("table3", table3, table3_caption(experiment)),
     ):
-        markdown, csv = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
-        _write_text(markdown, _markdown(frame, title, note))
-        _write_text(csv, frame.to_csv(index=False))
-        written += [markdown, csv]
-    curves = {variant: read_variant(results_dir, name, variant) for variant in experiment.variants}
-    plot_bleu_vs_parameters(table3, out_dir / "bleu_vs_parameters.png", name)
-    plot_dev_perplexity(curves, out_dir / "dev_perplexity.png", name)
-    return written + [out_dir / "bleu_vs_parameters.png", out_dir / "dev_perplexity.png"]
+        _write_atomically(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
+        _write_atomically(out_dir / f"{stem}.csv", frame.to_csv(index=False))
+        written += [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
+    every_variant = {name: read_variant(results_dir, experiment.name, name)
+                     for name in experiment.variants}
+    for name, figure in (
+        ("bleu_vs_parameters.png", bleu_vs_parameters_figure(table3, experiment.name)),
+        ("dev_perplexity.png", dev_perplexity_figure(every_variant, experiment.name)),
+    ):
+        save_figure(figure, out_dir / name)
+        written.append(out_dir / name)
+    return written

@@ -1,34 +1,76 @@
-"""Reading what a pipeline run has produced so far; anything missing reads as None."""
+"""What a pipeline run has produced so far for one variant; anything not there yet reads as None.
+
+Reads ``{results}/{dataset}/{variant}/train/summary.json``, ``.../bleu.json`` and
+``.../train/metrics.jsonl``. Rendering tables never waits for, nor triggers, training.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariantResults:
     summary: dict | None  # train/summary.json
-    scores: dict | None  # bleu.json: {"dev": {...}, "test": {...}}
-    curve: list[dict]  # train/metrics.jsonl, dev rows only
+    scores: dict | None  # bleu.json: {"dev": {...dev.last scores}, "test": {...test.averaged}}
+    dev_curve: list[dict]  # the {"step", "dev_loss", "dev_perplexity"} rows of metrics.jsonl
 
-    def dev(self, key: str):
-        return self.scores["dev"].get(key) if self.scores else None
+    @property
+    def status(self) -> str:
+        if self.scores is not None:
+            return "scored"
+        if self.summary is not None:
+            return "pending: trained, not scored"
+        return "pending: training" if self.dev_curve else "pending: not started"
 
-    def test(self, key: str):
-        return self.scores["test"].get(key) if self.scores else None
+    def trained(self, key: str) -> Any:
+        return None if self.summary is None else self.summary.get(key)
+
+    def dev(self, key: str) -> Any:
+        return None if self.scores is None else self.scores.get("dev", {}).get(key)
+
+    def test(self, key: str) -> Any:
+        return None if self.scores is None else self.scores.get("test", {}).get(key)
 
 
-def _json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.exists() else None
+def _read_json(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(payload, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return payload
+
+
+def _read_dev_curve(path: Path) -> list[dict]:
+    """Dev rows of a metrics log by step. A half-written last line (training still running) is
+    skipped; a step logged twice (training resumed from an earlier checkpoint) keeps its last."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ValueError(f"{path}:{number}: not a JSON line: {line[:80]!r}") from None
+    latest = {row["step"]: row for row in rows if "dev_perplexity" in row}
+    return [latest[step] for step in sorted(latest)]
 
 
 def read_variant(results_dir: Path, dataset: str, variant: str) -> VariantResults:
     folder = results_dir / dataset / variant
-    metrics = folder / "train" / "metrics.jsonl"
-    curve = []
-    if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        curve = [row for row in rows if "dev_perplexity" in row]
-    return VariantResults(_json(folder / "train" / "summary.json"), _json(folder / "bleu.json"), curve)
+    return VariantResults(
+        summary=_read_json(folder / "train" / "summary.json"),
+        scores=_read_json(folder / "bleu.json"),
+        dev_curve=_read_dev_curve(folder / "train" / "metrics.jsonl"),
+    )

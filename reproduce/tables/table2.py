@@ -1,9 +1,12 @@
-"""Table 2: BLEU on the test set (newstest2014, averaged checkpoints) and training cost.
+"""Table 2: BLEU on the test set (newstest2014, averaged checkpoints, section 6.1) and training
+cost, our Transformer base and big beside the paper's, then the paper's other systems as cited.
 
-Our training cost is given two ways: the paper's (GPU-hours x an assumed sustained rate per GPU,
-``tables.gpu_flops_per_second``) and analytically, 6 x parameters x tokens processed (forward
-and backward of a dense model, source and target tokens both counted; attention's
-length-dependent FLOPs are left out).
+The training cost is estimated two ways:
+
+* the paper's (Table 2, footnote): training time x number of GPUs x a sustained rate per GPU,
+  i.e. GPU-hours x 3600 x ``tables.gpu_flops_per_second``;
+* analytically, 6 x parameters x tokens processed (2 FLOPs per parameter and token forward,
+  4 backward), counting source and target tokens alike.
 """
 
 from __future__ import annotations
@@ -14,40 +17,105 @@ import pandas as pd
 
 from reproduce.config import Experiment
 from reproduce.tables.paper import paper_table2
-from reproduce.tables.results import read_variant
+from reproduce.tables.results import VariantResults, read_variant
+
+CITED = "cited, not reproduced"
+COLUMNS = ["model", "status", "device", "BLEU (tokenized)", "sacreBLEU", "paper BLEU",
+           "BLEU - paper", "GPU-hours", "FLOPs (GPU-hours x rate)",
+           "FLOPs (6 x params x tokens)", "paper FLOPs"]
+
+
+def paper_style_flops(gpu_hours: float | None, gpu_flops_per_second: float) -> float | None:
+    """Training time x GPUs x sustained rate; None for runs without GPU time."""
+    if not gpu_hours:
+        return None
+    return gpu_hours * 3600 * gpu_flops_per_second
+
+
+def analytic_flops(parameters: int | None, source_tokens: int | None,
+                   target_tokens: int | None) -> float | None:
+    """6 x parameters x (source + target tokens); None until training has reported all three."""
+    if parameters is None or source_tokens is None or target_tokens is None:
+        return None
+    return 6.0 * parameters * (source_tokens + target_tokens)
+
+
+def _difference(ours: float | None, paper: float) -> float | None:
+    return None if ours is None or pd.isna(paper) else ours - paper
+
+
+def _our_row(experiment: Experiment, variant: str, results: VariantResults,
+             paper_bleu: float, paper_flops: float) -> dict:
+    ours = results.test("tokenized_bleu")
+    gpu_hours = results.trained("gpu_hours")
+    status = f"ours: {variant}" if results.scores is not None else f"{results.status} ({variant})"
+    device = results.trained("device")
+    if device is not None and results.trained("world_size"):
+        device = f"{results.trained('world_size')} x {device}"
+    return {
+        "status": status,
+        "device": device,
+        "BLEU (tokenized)": ours,
+        "sacreBLEU": results.test("sacrebleu"),
+        "paper BLEU": paper_bleu,
+        "BLEU - paper": _difference(ours, paper_bleu),
+        "GPU-hours": gpu_hours,
+        "FLOPs (GPU-hours x rate)": paper_style_flops(
+            gpu_hours, experiment.tables.gpu_flops_per_second),
+        "FLOPs (6 x params x tokens)": analytic_flops(
+            results.trained("parameters"), results.trained("source_tokens"),
+            results.trained("target_tokens")),
+        "paper FLOPs": paper_flops,
+    }
 
 
 def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
+    """Our base/big rows first (as ``tables.table2`` maps them), then the cited systems that
+    have a number for ``tables.paper_language_pair``."""
     pair = experiment.tables.paper_language_pair
-    paper = paper_table2()
-    rows = []
-    for _, cited in paper.iterrows():
-        role = cited["reproduced_as"]
-        paper_bleu, paper_flops = cited[f"bleu_{pair}"], cited[f"flops_{pair}"]
-        row = {"model": cited["model"], "paper BLEU": paper_bleu, "paper FLOPs": paper_flops}
-        if pd.isna(role) or role not in experiment.tables.table2:
-            row["status"] = "cited, not reproduced"
-            rows.append(row)
-            continue
-        variant = experiment.tables.table2[role]
-        results = read_variant(results_dir, experiment.name, variant)
-        summary = results.summary or {}
-        tokens = summary.get("source_tokens", 0) + summary.get("target_tokens", 0)
-        gpu_hours = summary.get("gpu_hours")
-        ours = results.test("tokenized_bleu")
-        row |= {
-            "status": f"ours: {experiment.name}/{variant}" if results.scores else "pending",
-            "BLEU (tokenized)": ours,
-            "sacreBLEU": results.test("sacrebleu"),
-            "BLEU - paper": ours - paper_bleu if ours is not None and pd.notna(paper_bleu) else None,
-            "GPU-hours": gpu_hours,
-            "FLOPs (GPU-hours x rate)": gpu_hours * 3600 * experiment.tables.gpu_flops_per_second
-            if gpu_hours is not None else None,
-            "FLOPs (6 N D)": 6 * summary["parameters"] * tokens if summary else None,
-        }
-        rows.append(row)
-    columns = ["model", "status", "BLEU (tokenized)", "sacreBLEU", "paper BLEU", "BLEU - paper",
-               "GPU-hours", "FLOPs (GPU-hours x rate)", "FLOPs (6 N D)", "paper FLOPs"]
-    frame = pd.DataFrame(rows, columns=columns)
-    ours_first = frame["status"].ne("cited, not reproduced")
-    return pd.concat([frame[ours_first], frame[~ours_first]], ignore_index=True)
+    ours, cited = [], []
+    for _, paper in paper_table2().iterrows():
+        paper_bleu, paper_flops = paper[f"bleu_{pair}"], paper[f"flops_{pair}"]
+        variant = experiment.tables.table2.get(paper["reproduced_as"])
+        if variant is not None:
+            results = read_variant(results_dir, experiment.name, variant)
+            row = _our_row(experiment, variant, results, paper_bleu, paper_flops)
+            ours.append({"model": paper["model"], **row})
+        elif pd.notna(paper_bleu) or pd.notna(paper_flops):
+            cited.append({"model": paper["model"], "status": CITED, "paper BLEU": paper_bleu,
+                          "paper FLOPs": paper_flops})
+    return pd.DataFrame(ours + cited, columns=COLUMNS)
+
+
+def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:
+    """Heading, what was measured, and the notes printed under the table."""
+    pair = experiment.tables.paper_language_pair.replace("_", "-").upper()
+    averaged = ", ".join(
+        f"{role} = {variant}: last {experiment.variant(variant).training.average_last}"
+        for role, variant in experiment.tables.table2.items()
+    ) or "no variant mapped in tables.table2"
+    signatures = {read_variant(results_dir, experiment.name, variant).test("sacrebleu_signature")
+                  for variant in experiment.tables.table2.values()} - {None}
+    notes = [
+        "BLEU (tokenized): the paper's scoring (tensor2tensor's get_ende_bleu.sh): Moses "
+        "tokenization, hyphenated compounds split as `a ##AT##-##AT## b`, multi-bleu.perl. "
+        "BLEU - paper = BLEU (tokenized) - paper BLEU.",
+        "sacreBLEU on detokenized output" + (f": `{'`, `'.join(sorted(signatures))}`."
+                                               if signatures else "."),
+        "FLOPs (GPU-hours x rate): the paper's estimate, GPU-hours x 3600 s x "
+        f"{experiment.tables.gpu_flops_per_second:.3g} FLOP/s per GPU (tables.gpu_flops_per_second;"
+        " the paper used 9.5e12 for its P100s); — for runs without GPU time.",
+        "FLOPs (6 x params x tokens): 6 FLOPs per parameter per token (2 forward, 4 backward) "
+        "times the source + target tokens processed in training. An approximation: every "
+        "parameter is counted for every source and every target token, although a token passes "
+        "only through the encoder or only through the decoder (so dense layers are over-counted "
+        "about twofold), and attention's length-dependent products (QK^T, weights x V) are left "
+        "out.",
+        "Paper training: base 100K steps on 8 P100 GPUs in 12 hours, big 300K steps in 3.5 days.",
+        f"Rows marked '{CITED}' are the paper's Table 2 numbers for the systems it compares "
+        "against, copied as printed.",
+        "— = not available: not finished yet (our rows) or not reproduced (cited rows).",
+    ]
+    measured = (f"Measured: {experiment.name} ({experiment.source_lang}→{experiment.target_lang})"
+                f" test split, averaged checkpoint ({averaged}); paper: WMT14 {pair} newstest2014.")
+    return f"Table 2 — {experiment.name}: BLEU and training cost", measured, notes

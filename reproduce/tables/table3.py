@@ -1,5 +1,5 @@
-"""Table 3: variations on the base model, on the dev set (newstest2013), last checkpoint (no
-averaging), our numbers beside the paper's (matched by variant name)."""
+"""Table 3: variations on the base model, scored on the dev set (newstest2013) with the last
+checkpoint (no averaging), our numbers beside the paper's (matched by variant name)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,57 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
-from reproduce.model.parameter_count import analytic_parameter_count
 from reproduce.tables.paper import paper_table3
 from reproduce.tables.results import read_variant
 
+COLUMNS = ["row", "variant", "status", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop",
+           "eps_ls", "train steps", "positional", "PPL (dev)", "paper PPL", "BLEU (dev)",
+           "paper BLEU", "sacreBLEU (dev)", "params x10^6", "paper params x10^6"]
+
+
+def _millions(parameters: int | None) -> float | None:
+    return None if parameters is None else parameters / 1e6
+
 
 def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
+    """One row per variant with a ``table3_row`` label, in the experiment file's order."""
     paper = paper_table3()
     rows = []
     for name, spec in experiment.variants.items():
         if spec.table3_row is None:
             continue
         variant = experiment.variant(name)
-        m = variant.model
+        model = variant.model
         results = read_variant(results_dir, experiment.name, name)
-        parameters = results.summary["parameters"] if results.summary else None
         cited = paper.loc[name] if name in paper.index else None
         rows.append({
-            "row": spec.table3_row, "variant": name, "N": m.layers, "d_model": m.d_model,
-            "d_ff": m.d_ff, "h": m.heads, "d_k": m.d_k, "d_v": m.d_v, "P_drop": m.dropout,
-            "eps_ls": m.label_smoothing, "positions": m.positional, "train steps": variant.training.steps,
+            "row": spec.table3_row, "variant": name, "status": results.status,
+            "N": model.layers, "d_model": model.d_model, "d_ff": model.d_ff, "h": model.heads,
+            "d_k": model.d_k, "d_v": model.d_v, "P_drop": model.dropout,
+            "eps_ls": model.label_smoothing, "train steps": variant.training.steps,
+            "positional": model.positional,
             "PPL (dev)": results.dev("perplexity"),
             "paper PPL": None if cited is None else cited["ppl_dev"],
             "BLEU (dev)": results.dev("tokenized_bleu"),
             "paper BLEU": None if cited is None else cited["bleu_dev"],
             "sacreBLEU (dev)": results.dev("sacrebleu"),
-            "params x10^6": None if parameters is None else parameters / 1e6,
+            "params x10^6": _millions(results.trained("parameters")),
             "paper params x10^6": None if cited is None else cited["params_millions"],
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def expected_parameters(experiment: Experiment, vocab_size: int) -> dict[str, int]:
-    """Analytic parameter counts of every variant for a given vocabulary size."""
-    return {name: analytic_parameter_count(experiment.variant(name).model, vocab_size)
-            for name in experiment.variants}
+def table3_caption(experiment: Experiment) -> tuple[str, str, list[str]]:
+    """Heading, what was measured, and the notes printed under the table."""
+    measured = (f"Measured: {experiment.name} ({experiment.source_lang}→{experiment.target_lang})"
+                " dev split, last checkpoint (no averaging); paper: WMT14 EN-DE newstest2013.")
+    notes = [
+        "PPL (dev): perplexity per word-piece of the last checkpoint (no label smoothing). "
+        "BLEU (dev): the paper's tokenized, compound-split BLEU; sacreBLEU beside it.",
+        "params x10^6: parameters of the trained model (train/summary.json), embeddings included "
+        f"(shared {experiment.bpe.vocab_size}-piece vocabulary).",
+        "paper columns: the paper's Table 3 row of the same variant name; the paper prints no "
+        "parameter count for rows (A), (D) and (E) (unlisted values = same as base).",
+        "— = not available yet.",
+    ]
+    return f"Table 3 — {experiment.name}: variations on the base model", measured, notes
