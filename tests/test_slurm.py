@@ -110,14 +110,16 @@ def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(t
     train = random_corpus(tmp_path / "train", 3000, seed=1)
     dev = random_corpus(tmp_path / "dev", 50, seed=2)
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    # About 30 s of training; Slurm signals the job 25 s after it starts (a 1-minute limit, the
-    # signal 35 s before it), so it is requeued once and resumes from its last checkpoint.
-    variant = small_variant(steps=2000, dropout=0.1, log_every_steps=100, eval_every_steps=500)
+    # About 55 s of training under a 1-minute limit with the signal 15 s before it: Slurm checks
+    # limits every 30 s, so the signal comes 15-45 s into each run (a larger delay can signal the
+    # job before submitit's handler is installed). The job is requeued at least once and resumes
+    # from its last checkpoint each time.
+    variant = small_variant(steps=4500, dropout=0.1, log_every_steps=500, eval_every_steps=1500)
     variant = variant.model_copy(update={
         "training": variant.training.model_copy(update={"checkpoints": variant.training.checkpoints.model_copy(
             update={"every_steps": 50, "keep_last": 3})}),
         "resources": variant.resources.model_copy(update={
-            "time_minutes": 1, "requeue_signal_seconds": 35, "cpus_per_gpu": 1, "partition": "debug"}),
+            "time_minutes": 1, "requeue_signal_seconds": 15, "cpus_per_gpu": 1, "partition": "debug"}),
     })
     launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path, launcher="inline")
     with _releasing_requeued_jobs():
