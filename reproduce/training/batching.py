@@ -117,6 +117,11 @@ class MicroBatchStream:
         self.position = position or StreamPosition()
         self._order = self._epoch_order(self.position.epoch)
 
+    def seek(self, position: StreamPosition) -> None:
+        """Continue from ``position`` (a resumed run)."""
+        self.position = StreamPosition(position.epoch, position.index)
+        self._order = self._epoch_order(position.epoch)
+
     def _epoch_order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))
 

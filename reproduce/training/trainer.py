@@ -99,8 +99,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
-        self.stream.position = StreamPosition(**state["stream_position"])
-        self.stream._order = self.stream._epoch_order(self.stream.position.epoch)
+        self.stream.seek(StreamPosition(**state["stream_position"]))
         self.totals = state["totals"]
         self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
         torch.set_rng_state(state["rng"]["torch"])
