@@ -128,8 +128,14 @@ class TrainingConfig(Strict):
     # Source and target tokens per optimizer step, summed over all GPUs (paper: ~25,000 each).
     # Constant whatever the number of GPUs: gradient accumulation makes up the difference.
     tokens_per_step: int = Field(default=25_000, gt=0)
-    # Largest number of tokens (per side) in one forward/backward on one device.
+    # A step is this many micro-batches of ~tokens_per_step / micro_batches_per_step tokens
+    # (paper: 8 GPUs of ~3.1k tokens). The number of ranks must divide it: 8 allows 1, 2, 4, 8.
+    micro_batches_per_step: int = Field(default=8, gt=0)
+    # Largest padded size (tokens per side) of one forward/backward on one device; a rank fuses
+    # its micro-batches into passes of up to this size.
     max_tokens_per_device: int = Field(default=4096, gt=0)
+    # Tensor widths are padded to a multiple of this, bounding the shapes GPU kernels meet.
+    pad_to_multiple: int = Field(default=8, gt=0)
     warmup_steps: int = Field(default=4000, gt=0)
     lr_scale: float = Field(default=1.0, gt=0)
     adam_beta1: float = 0.9
@@ -145,6 +151,17 @@ class TrainingConfig(Strict):
     precision: Literal["fp32", "bf16"] = "fp32"
     # Compile the model's forward and backward with torch.compile (worth it on GPUs).
     compile: bool = False
+
+    @model_validator(mode="after")
+    def _micro_batches_fit_a_device(self) -> "TrainingConfig":
+        budget = self.tokens_per_step // self.micro_batches_per_step
+        if budget > self.max_tokens_per_device:
+            raise ValueError(
+                f"tokens_per_step / micro_batches_per_step = {self.tokens_per_step} / "
+                f"{self.micro_batches_per_step} = {budget} tokens per micro-batch, more than "
+                f"max_tokens_per_device ({self.max_tokens_per_device}): raise micro_batches_per_step"
+            )
+        return self
 
     @model_validator(mode="after")
     def _enough_checkpoints_kept(self) -> "TrainingConfig":

@@ -1,60 +1,126 @@
-"""Token-count batching and the micro-batch stream that forms optimizer steps."""
+"""Token-count batching: micro-batches of a fixed token budget, steps of a fixed number of them,
+fused device passes, and the resumable stream."""
 
 import numpy as np
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.special_tokens import BOS, EOS, PAD
-from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, pack_batches, padding_waste
+from reproduce.training.batching import (
+    MicroBatchStream, StreamPosition, collate, device_passes, pack_batches, pack_micro_batches,
+)
 from tests.training_fixtures import random_corpus
 
 
-def test_every_batch_fits_the_token_limit_and_every_pair_appears_once():
+def padding_waste(batches, corpus):
+    """Fraction of the padded tensors' cells (both sides) that hold padding."""
+    real = cells = 0
+    for indices in batches:
+        source, target = corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1
+        real += int(source.sum() + target.sum())
+        cells += len(indices) * int(source.max() + target.max())
+    return 1.0 - real / cells
+
+
+def wmt_like_lengths(pairs, seed=0):
+    rng = np.random.default_rng(seed)
+    source = np.clip(rng.lognormal(np.log(26), 0.6, pairs).astype(int), 1, 240)
+    target = np.clip((source * rng.normal(1.05, 0.15, pairs)).astype(int), 1, 240)
+    return source, target
+
+
+def test_evaluation_batches_fit_the_padded_limit_and_hold_every_pair_once():
     rng = np.random.default_rng(0)
     source_lengths, target_lengths = rng.integers(1, 60, 1000), rng.integers(1, 60, 1000)
     batches = pack_batches(source_lengths, target_lengths, max_tokens=400, max_source_tokens=256)
-    seen = np.concatenate(batches)
-    assert sorted(seen.tolist()) == list(range(1000))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(1000))
     for batch in batches:
         longest = max((source_lengths[batch] + 1).max(), (target_lengths[batch] + 1).max())
         assert longest * len(batch) <= 400
 
 
-def test_overlong_pairs_are_left_out():
-    batches = pack_batches(np.array([3, 300, 5]), np.array([4, 4, 500]), max_tokens=1000, max_source_tokens=256)
+def test_overlong_and_empty_pairs_are_left_out():
+    batches = pack_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), max_tokens=1000, max_source_tokens=256)
     assert sorted(np.concatenate(batches).tolist()) == [0]
+    micro = pack_micro_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), 100, 1000, 256)
+    assert sorted(np.concatenate(micro).tolist()) == [0]
+
+
+def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoot():
+    source, target = wmt_like_lengths(50_000)
+    budget, max_padded = 3125, 8192
+    batches = pack_micro_batches(source, target, budget, max_padded, 256, multiple=8)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(50_000))
+    source_sizes, target_sizes = source + 1, target + 1
+    per_batch = np.array([(source_sizes[b].sum(), target_sizes[b].sum()) for b in batches])
+    for (source_total, target_total), batch in zip(per_batch, batches):
+        # a pair joins only while it overshoots by at most half its own size, on each side
+        last_source, last_target = source_sizes[batch].max(), target_sizes[batch].max()
+        assert source_total <= budget + last_source / 2 and target_total <= budget + last_target / 2
+        width = max(-(-last_source // 8) * 8, -(-last_target // 8) * 8)
+        assert width * len(batch) <= max_padded
+    full = per_batch[:-1]  # the last micro-batch holds what is left
+    binding = full.max(axis=1)  # the side that filled up
+    assert abs(binding.mean() - budget) / budget < 0.01
+    assert np.all(full.min(axis=1) > 0.6 * budget)  # the other side is close too (lengths correlate)
+
+
+def test_device_passes_fuse_a_share_into_fewer_fitting_passes(tmp_path):
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
+    micro = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 40, 120, 256)
+    share = micro[::7][:8]  # micro-batches of different lengths, as a shuffled step has
+    sizes = {id(indices): len(indices) for indices in share}
+
+    def padded(indices):
+        return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
+                   for lengths in (corpus.source_lengths, corpus.target_lengths)) * len(indices)
+
+    for max_padded, expected in ((1, 8), (150, None), (10**6, 1)):
+        passes = device_passes(share, corpus, max_padded, multiple=4)
+        assert sorted(np.concatenate(passes).tolist()) == sorted(np.concatenate(share).tolist())
+        for indices in passes:
+            assert padded(indices) <= max_padded or len(indices) in sizes.values()  # fused ones fit
+        if expected is None:
+            assert 1 < len(passes) < 8
+        else:
+            assert len(passes) == expected
 
 
 def test_similar_lengths_are_batched_together_so_padding_is_small(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 2000, seed=1))
-    batches = pack_batches(corpus.source_lengths, corpus.target_lengths, 200, 256)
+    batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 100, 200, 256)
     assert padding_waste(batches, corpus) < 0.25  # random source lengths; targets match them
     shuffled = np.random.default_rng(0).permutation(len(corpus))
     naive = [shuffled[i : i + len(b)] for i, b in zip(np.cumsum([0] + [len(b) for b in batches]), batches)]
     assert padding_waste(batches, corpus) < padding_waste(naive, corpus)
 
 
-def test_collate_adds_eos_to_sources_and_bos_eos_to_targets(tmp_path):
+def test_collate_adds_eos_to_sources_and_bos_eos_to_targets_and_rounds_widths(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 10, seed=2))
-    batch = collate(corpus, np.array([0, 1]))
+    batch = collate(corpus, np.array([0, 1]), multiple=8)
+    assert batch.source.shape[1] % 8 == 0 and batch.target_input.shape[1] % 8 == 0
     for row in (0, 1):
         source, target = corpus.source(row).tolist(), corpus.target(row).tolist()
         assert batch.source[row, : len(source) + 1].tolist() == source + [EOS]
         assert batch.target_input[row, : len(target) + 1].tolist() == [BOS] + target
         assert batch.target_output[row, : len(target) + 1].tolist() == target + [EOS]
         assert torch.all(batch.source[row, len(source) + 1 :] == PAD)
+        assert torch.all(batch.target_output[row, len(target) + 1 :] == PAD)
+    assert batch.source_tokens == sum(len(corpus.source(r)) + 1 for r in (0, 1))
 
 
-def test_the_stream_is_deterministic_resumable_and_reaches_the_token_budget(tmp_path):
+def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 300, seed=3))
-    first = MicroBatchStream(corpus, 120, 256, 300, seed=4)
+    first = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
     steps = [first.next_step() for _ in range(30)]  # several epochs
-    for group in steps:
-        assert sum(int(corpus.target_lengths[b].sum()) + len(b) for b in group) >= 300
-    replay = MicroBatchStream(corpus, 120, 256, 300, seed=4)
+    assert all(len(group) == 8 for group in steps)
+    per_step = np.array([[sum(int(lengths[b].sum()) + len(b) for b in group)
+                          for lengths in (corpus.source_lengths, corpus.target_lengths)] for group in steps])
+    assert abs(per_step.max(axis=1).mean() - 300) / 300 < 0.1
+    replay = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
     for group in steps[:10]:
         assert all(np.array_equal(a, b) for a, b in zip(group, replay.next_step()))
-    resumed = MicroBatchStream(corpus, 120, 256, 300, seed=4,
-                               position=StreamPosition(**vars(replay.position)))
+    resumed = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
+    resumed.seek(StreamPosition(**vars(replay.position)))
     for group in steps[10:]:
         assert all(np.array_equal(a, b) for a, b in zip(group, resumed.next_step()))

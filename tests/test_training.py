@@ -52,29 +52,53 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     losses = [row["train_loss"] for row in rows if "train_loss" in row]
     assert losses[-1] < losses[0] - 0.3
     summary = json.loads((tmp_path / "train/summary.json").read_text())
-    assert summary["steps"] == 40 and summary["target_tokens"] >= 40 * 300
+    assert summary["steps"] == 40
+    for side in ("source", "target"):  # steps land on tokens_per_step, here 8 micro-batches of ~37.5
+        assert summary[f"{side}_tokens"] == 40 * summary[f"mean_{side}_tokens_per_step"]
+        assert abs(summary[f"mean_{side}_tokens_per_step"] - 300) / 300 < 0.05
+    assert summary["training_flops"] > 0 and summary["mfu"] is None  # no peak rate for a CPU
     assert summary["parameters"] == sum(t.numel() for t in _final(tmp_path)["model"].values())
 
 
+@pytest.fixture(scope="module")
+def one_rank(corpora, tmp_path_factory):
+    from reproduce.config import load_experiment
+    from tests.training_fixtures import ROOT
+
+    folder = tmp_path_factory.mktemp("one")
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    launch_training(experiment, small_variant(steps=6, dropout=0.0), *corpora, folder, folder, launcher="inline")
+    return experiment, folder
+
+
 @pytest.mark.slow
-def test_two_ranks_equal_one_rank_accumulating_the_same_batches(corpora, tmp_path):
-    """Real processes: submitit's local executor starts 2 gloo ranks, as Slurm would."""
-    train, dev = corpora
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_data_parallel_ranks_equal_one_rank_on_the_same_steps(corpora, one_rank, tmp_path, ranks):
+    """Real processes: submitit's local executor starts gloo ranks, as Slurm would; each rank
+    computes its share of every step's 8 micro-batches."""
+    experiment, one_folder = one_rank
     variant = small_variant(steps=6, dropout=0.0)
+    launch_training(experiment, variant, *corpora, tmp_path / "many", tmp_path, launcher="local", tasks=ranks)
+    one, many = _final(one_folder), _final(tmp_path / "many")
+    key_bias = _key_bias_masks(variant.model, one["model"])
+    for name, tensor in one["model"].items():
+        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+        assert torch.allclose(tensor[~mask], many["model"][name][~mask], atol=1e-6), name
+    summary = json.loads((tmp_path / "many/train/summary.json").read_text())
+    reference = json.loads((one_folder / "train/summary.json").read_text())
+    assert summary["world_size"] == ranks
+    for key in ("source_tokens", "target_tokens", "training_flops"):
+        assert summary[key] == reference[key], key
+
+
+def test_ranks_that_cannot_share_a_step_are_refused_before_launch(corpora, tmp_path):
     from reproduce.config import load_experiment
     from tests.training_fixtures import ROOT
 
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    launch_training(experiment, variant, train, dev, tmp_path / "one", tmp_path, launcher="inline")
-    launch_training(experiment, variant, train, dev, tmp_path / "two", tmp_path, launcher="local", tasks=2)
-    one, two = _final(tmp_path / "one"), _final(tmp_path / "two")
-    key_bias = _key_bias_masks(variant.model, one["model"])
-    for name, tensor in one["model"].items():
-        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
-        assert torch.allclose(tensor[~mask], two["model"][name][~mask], atol=1e-6), name
-    summary = json.loads((tmp_path / "two/train/summary.json").read_text())
-    assert summary["world_size"] == 2
-    assert summary["target_tokens"] == json.loads((tmp_path / "one/train/summary.json").read_text())["target_tokens"]
+    with pytest.raises(ValueError, match=r"micro_batches_per_step \(8\) is not a multiple of the 3 ranks"):
+        launch_training(experiment, small_variant(steps=2), *corpora, tmp_path, tmp_path, launcher="local", tasks=3)
+    assert not (tmp_path / "submitit").exists()
 
 
 def _key_bias_masks(config, state):

@@ -1,12 +1,18 @@
 """Batches by token count (section 5.1: "sentence pairs were batched together by approximate
-sequence length"), and the stream of micro-batches that makes up each optimizer step.
+sequence length"; "each training batch contained a set of sentence pairs containing approximately
+25000 source tokens and 25000 target tokens"), and the stream of optimizer steps.
 
-Pairs are sorted by (target, source) length and packed greedily into micro-batches whose padded
-size stays within ``max_tokens`` on each side; the packing is fixed, and each epoch visits the
-micro-batches in a new seeded order. An optimizer step takes consecutive micro-batches from this
-global stream until they hold ``tokens_per_step`` target tokens; with ``W`` ranks, rank ``r``
-computes micro-batches ``r, r+W, ...`` of the step. The step's micro-batches therefore do not
-depend on the number of GPUs, and 1 GPU accumulating reproduces 8 GPUs' schedule.
+A step is a fixed partition of the data into ``micro_batches_per_step`` micro-batches (the paper:
+8 GPUs, ~3.1k tokens each). Pairs are sorted by (target, source) length and packed greedily into
+micro-batches of about ``tokens_per_step / micro_batches_per_step`` real tokens on each side: a
+pair joins while it overshoots the budget on neither side by more than half its own length, so
+steps land on ``tokens_per_step`` on average instead of above it. Each epoch visits the
+micro-batches in a new seeded order, and a step takes the next ``micro_batches_per_step`` of them.
+With ``W`` ranks (``W`` divides the count), rank ``r`` computes micro-batches ``r, r+W, ...``:
+the step does not depend on the number of GPUs, and no rank is ever without data. A rank fuses
+its share into as few forward passes as fit ``max_tokens_per_device`` padded tokens per side, so
+one GPU does not crawl through 3k-token batches. Tensor widths are rounded up to a multiple of
+``pad_to_multiple``, which bounds the number of distinct shapes the GPU kernels see.
 """
 
 from __future__ import annotations
@@ -38,20 +44,30 @@ class Batch:
                      self.source_tokens, self.target_tokens)
 
 
+def round_up(width: int | np.ndarray, multiple: int):
+    return -(-width // multiple) * multiple
+
+
+def _usable_pairs(source_sizes: np.ndarray, target_sizes: np.ndarray, longest: int) -> np.ndarray:
+    """Indices of non-empty pairs within ``longest`` positions per side, by (target, source) size."""
+    usable = (source_sizes <= longest) & (target_sizes <= longest) & (source_sizes > 1) & (target_sizes > 1)
+    dropped = int((~usable).sum())
+    if dropped:
+        log.info("skipping %d pairs longer than %d positions or empty", dropped, longest)
+    indices = np.flatnonzero(usable)
+    return indices[np.lexsort((source_sizes[indices], target_sizes[indices]))]
+
+
 def pack_batches(
     source_lengths: np.ndarray, target_lengths: np.ndarray, max_tokens: int, max_source_tokens: int
 ) -> list[np.ndarray]:
-    """Index arrays of micro-batches; lengths include the EOS (and BOS) the batcher adds."""
+    """Micro-batches whose padded size stays within ``max_tokens`` per side (evaluation).
+
+    Lengths are without the EOS (and BOS) that the batcher adds.
+    """
     source_sizes, target_sizes = source_lengths + 1, target_lengths + 1
-    usable = (source_sizes <= max_source_tokens) & (target_sizes <= max_source_tokens)
-    usable &= (source_sizes <= max_tokens) & (target_sizes <= max_tokens)
-    usable &= (source_lengths > 0) & (target_lengths > 0)
-    dropped = int((~usable).sum())
-    if dropped:
-        log.info("skipping %d pairs longer than max_source_tokens/max_tokens or empty", dropped)
-    indices = np.flatnonzero(usable)
-    indices = indices[np.lexsort((source_sizes[indices], target_sizes[indices]))]
     batches, start, longest_source, longest_target = [], 0, 0, 0
+    indices = _usable_pairs(source_sizes, target_sizes, min(max_tokens, max_source_tokens))
     for position, index in enumerate(indices):
         longest_source = max(longest_source, source_sizes[index])
         longest_target = max(longest_target, target_sizes[index])
@@ -65,11 +81,65 @@ def pack_batches(
     return batches
 
 
-def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False) -> Batch:
+def pack_micro_batches(
+    source_lengths: np.ndarray, target_lengths: np.ndarray, budget: float, max_padded: int,
+    max_source_tokens: int, multiple: int = 1,
+) -> list[np.ndarray]:
+    """Micro-batches of about ``budget`` real tokens on each side (training).
+
+    A pair joins the current micro-batch while, on each side, the total overshoots ``budget`` by
+    at most half the pair's own size (rounding to the nearest, so the mean lands on the budget),
+    and the padded tensors (widths rounded up to ``multiple``) stay within ``max_padded``.
+    """
+    source_sizes, target_sizes = source_lengths + 1, target_lengths + 1
+    indices = _usable_pairs(source_sizes, target_sizes, min(max_source_tokens, max_padded))
+    batches, start = [], 0
+    source_total = target_total = longest_source = longest_target = 0
+    for position, index in enumerate(indices):
+        s, t = int(source_sizes[index]), int(target_sizes[index])
+        count = position - start + 1
+        widest = max(round_up(max(longest_source, s), multiple), round_up(max(longest_target, t), multiple))
+        fits = (2 * source_total + s <= 2 * budget and 2 * target_total + t <= 2 * budget
+                and widest * count <= max_padded)
+        if count > 1 and not fits:
+            batches.append(indices[start:position])
+            start, source_total, target_total, longest_source, longest_target = position, 0, 0, 0, 0
+        source_total, target_total = source_total + s, target_total + t
+        longest_source, longest_target = max(longest_source, s), max(longest_target, t)
+    if start < len(indices):
+        batches.append(indices[start:])
+    return batches
+
+
+def device_passes(
+    micro_batches: list[np.ndarray], corpus: EncodedCorpus, max_padded: int, multiple: int = 1
+) -> list[np.ndarray]:
+    """One rank's micro-batches fused into as few forward passes as fit ``max_padded`` per side.
+
+    Micro-batches are ordered by their longest target and merged with their neighbours while the
+    merged padded tensors fit; the summed loss, hence the gradient, is the same as unfused.
+    """
+    def widths(indices):
+        return (round_up(int(corpus.source_lengths[indices].max()) + 1, multiple),
+                round_up(int(corpus.target_lengths[indices].max()) + 1, multiple))
+
+    ordered = sorted(micro_batches, key=lambda indices: widths(indices)[::-1])
+    passes = [ordered[0]]
+    for indices in ordered[1:]:
+        merged = np.concatenate([passes[-1], indices])
+        if max(widths(merged)) * len(merged) <= max_padded:
+            passes[-1] = merged
+        else:
+            passes.append(indices)
+    return passes
+
+
+def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False, multiple: int = 1) -> Batch:
+    """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``."""
     sources = [corpus.source(int(i)) for i in indices]
     targets = [corpus.target(int(i)) for i in indices]
-    source_width = max(len(s) for s in sources) + 1
-    target_width = max(len(t) for t in targets) + 1
+    source_width = round_up(max(len(s) for s in sources) + 1, multiple)
+    target_width = round_up(max(len(t) for t in targets) + 1, multiple)
     source = torch.full((len(indices), source_width), PAD, dtype=torch.long)
     target_input = torch.full((len(indices), target_width), PAD, dtype=torch.long)
     target_output = torch.full((len(indices), target_width), PAD, dtype=torch.long)
@@ -86,16 +156,6 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
                  sum(len(s) + 1 for s in sources), sum(len(t) + 1 for t in targets))
 
 
-def padding_waste(batches: list[np.ndarray], corpus: EncodedCorpus) -> float:
-    """Fraction of the padded tensors' cells (both sides) that hold padding."""
-    real = cells = 0
-    for indices in batches:
-        source, target = corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1
-        real += int(source.sum() + target.sum())
-        cells += len(indices) * int(source.max() + target.max())
-    return 1.0 - real / cells if cells else 0.0
-
-
 @dataclass
 class StreamPosition:
     epoch: int = 0
@@ -103,16 +163,22 @@ class StreamPosition:
 
 
 class MicroBatchStream:
-    """Endless, seeded, resumable stream of micro-batches grouped into optimizer steps."""
+    """Endless, seeded, resumable stream of optimizer steps, each ``micro_batches_per_step``
+    micro-batches of about ``tokens_per_step / micro_batches_per_step`` tokens per side."""
 
-    def __init__(self, corpus: EncodedCorpus, max_tokens: int, max_source_tokens: int,
-                 tokens_per_step: int, seed: int, position: StreamPosition | None = None):
+    def __init__(self, corpus: EncodedCorpus, tokens_per_step: int, micro_batches_per_step: int,
+                 max_padded: int, max_source_tokens: int, seed: int, multiple: int = 1,
+                 position: StreamPosition | None = None):
         self.corpus = corpus
-        self.batches = pack_batches(corpus.source_lengths, corpus.target_lengths, max_tokens, max_source_tokens)
-        if not self.batches:
-            raise ValueError("no training pair fits within the configured token limits")
-        self.target_tokens = np.array([int(corpus.target_lengths[b].sum()) + len(b) for b in self.batches])
-        self.tokens_per_step = tokens_per_step
+        self.micro_batches_per_step = micro_batches_per_step
+        budget = tokens_per_step / micro_batches_per_step
+        self.batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, budget,
+                                          max_padded, max_source_tokens, multiple)
+        if len(self.batches) < micro_batches_per_step:
+            raise ValueError(
+                f"the training data fills {len(self.batches)} micro-batches of ~{budget:.0f} tokens, fewer "
+                f"than training.micro_batches_per_step ({micro_batches_per_step}) needed for one step"
+            )
         self.seed = seed
         self.position = position or StreamPosition()
         self._order = self._epoch_order(self.position.epoch)
@@ -127,15 +193,13 @@ class MicroBatchStream:
 
     def next_step(self) -> list[np.ndarray]:
         """The micro-batches (index arrays) of the next optimizer step, for all ranks together."""
-        group, tokens = [], 0
-        while tokens < self.tokens_per_step:
+        group = []
+        while len(group) < self.micro_batches_per_step:
             if self.position.index == len(self._order):
                 self.position = StreamPosition(self.position.epoch + 1, 0)
                 self._order = self._epoch_order(self.position.epoch)
-            batch = self._order[self.position.index]
+            group.append(self.batches[self._order[self.position.index]])
             self.position.index += 1
-            group.append(self.batches[batch])
-            tokens += int(self.target_tokens[batch])
         return group
 
 

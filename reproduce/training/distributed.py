@@ -7,6 +7,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 def initialise() -> None:
@@ -43,14 +44,12 @@ def all_reduce_sum(tensor: torch.Tensor) -> None:
         dist.all_reduce(tensor)
 
 
-def all_reduce_gradients(parameters: list[torch.nn.Parameter]) -> None:
-    """Sum gradients over ranks in one flat buffer (one collective per step)."""
-    if not dist.is_initialized():
-        return
-    grads = [p.grad for p in parameters]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
+def data_parallel(model: torch.nn.Module) -> DistributedDataParallel | None:
+    """The model wrapped for data parallelism across ranks (None with a single process).
+
+    DistributedDataParallel all-reduces gradients in buckets while the backward pass runs.
+    """
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    device_ids = [local_rank()] if torch.cuda.is_available() else None
+    return DistributedDataParallel(model, device_ids=device_ids)

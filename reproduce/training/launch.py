@@ -84,6 +84,26 @@ def _inside_submitit() -> bool:
     return True
 
 
+def _ranks(variant: ResolvedVariant, launcher: Launcher, tasks: int) -> int:
+    if launcher == "inline":
+        return 1
+    if launcher == "local":
+        return tasks
+    resources = variant.resources
+    return resources.nodes * (resources.tasks_per_node or max(1, resources.gpus // resources.nodes))
+
+
+def _check_partition(variant: ResolvedVariant, launcher: Launcher, tasks: int) -> None:
+    """Fail before anything is submitted if the ranks cannot share a step evenly."""
+    ranks, micro_batches = _ranks(variant, launcher, tasks), variant.training.micro_batches_per_step
+    if micro_batches % ranks:
+        raise ValueError(
+            f"variant {variant.name}: training.micro_batches_per_step ({micro_batches}) is not a "
+            f"multiple of the {ranks} ranks the {launcher} launcher would start; use a number of "
+            f"ranks that divides it, or change micro_batches_per_step"
+        )
+
+
 def launch_training(
     experiment: Experiment,
     variant: ResolvedVariant,
@@ -96,6 +116,7 @@ def launch_training(
     threads: int = 1,
     stop_after_steps: int | None = None,
 ) -> dict | None:
+    _check_partition(variant, launcher, tasks)
     task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps)
     if launcher == "inline":

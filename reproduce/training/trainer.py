@@ -1,11 +1,14 @@
 """The training loop of one variant (section 5): Adam(0.9, 0.98, 1e-9) with eq. 3's learning
-rate, label smoothing, optimizer steps of ``tokens_per_step`` target tokens over all ranks.
+rate, label smoothing, optimizer steps of about ``tokens_per_step`` tokens per side over all ranks.
 
 Each step's gradient is the sum of per-token losses over the step's micro-batches divided by the
 number of target tokens in the step, whatever the number of ranks: every rank back-propagates its
-micro-batches' summed losses divided by that global count, and the gradients are summed across
-ranks. Dropout noise is reseeded from (seed, rank, step) at every step, so a resumed run replays
-exactly the randomness an uninterrupted run would have drawn.
+share's summed losses divided by that global count, and DistributedDataParallel sums the
+gradients across ranks in buckets while the backward pass runs (it averages, so each rank's loss
+is scaled by the world size; powers of two make that exact). Dropout noise is reseeded from
+(seed, rank, step) at every step, so a resumed run replays exactly the randomness an
+uninterrupted run would have drawn. Every step's exact FLOPs (:mod:`reproduce.model.flops`) are
+counted from its pairs' lengths, for throughput and MFU.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -26,9 +30,10 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.model.flops import TransformerFlops, peak_flops
 from reproduce.model.transformer import Transformer
 from reproduce.training import distributed
-from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, padding_waste
+from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import CheckpointSchedule, list_checkpoints, save_atomically
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.loss import label_smoothed_loss
@@ -58,21 +63,31 @@ class Trainer:
         self.dev_corpus = EncodedCorpus.open(dev_dir)
         self.vocab_size = self.train_corpus.vocab_size
 
-        torch.manual_seed(self.training.seed)  # identical initial weights on every rank
+        t = self.training
+        if t.micro_batches_per_step % self.world:
+            raise ValueError(
+                f"training.micro_batches_per_step ({t.micro_batches_per_step}) is not a multiple of "
+                f"the number of ranks ({self.world}): every rank must get the same share of a step"
+            )
+        torch.manual_seed(t.seed)  # identical initial weights on every rank
         self.model = Transformer(self.config, self.vocab_size).to(self.device)
-        # The compiled module shares the model's parameters; checkpoints save the plain model.
-        self.forward = torch.compile(self.model) if self.training.compile else self.model
+        self.flops = TransformerFlops(self.config, self.vocab_size)
+        # The wrappers share the model's parameters; checkpoints save the plain model.
+        self.parallel = distributed.data_parallel(self.model)
+        wrapped = self.parallel or self.model
+        self.forward = torch.compile(wrapped) if t.compile else wrapped
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.parameters = list(self.model.parameters())
-        t = self.training
-        self.optimizer = torch.optim.Adam(self.parameters, lr=0.0, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
-        self.stream = MicroBatchStream(self.train_corpus, t.max_tokens_per_device, t.max_source_tokens,
-                                       t.tokens_per_step, t.seed)
+        self.optimizer = torch.optim.Adam(self.parameters, lr=0.0, betas=(t.adam_beta1, t.adam_beta2),
+                                          eps=t.adam_eps, fused=self.device.type == "cuda")
+        self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step, t.micro_batches_per_step,
+                                       t.max_tokens_per_device, t.max_source_tokens, t.seed, t.pad_to_multiple)
         self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
                                            t.checkpoints.every_minutes, t.checkpoints.keep_last)
         self.step = 0
-        self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0}
+        self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0, "training_flops": 0,
+                       "padded_positions": 0}
         self.last_train_loss = float("nan")
         self.last_dev_loss = float("nan")
         self._resume()
@@ -130,35 +145,46 @@ class Trainer:
             self.on_metrics(metrics, self.step)
 
     # -- loop -----------------------------------------------------------------------------------
-    def _train_step(self) -> tuple[float, int, int]:
+    def _step_sizes(self, group: list) -> tuple[int, int, int]:
+        """Real source and target tokens (EOS included) and training FLOPs of a whole step."""
+        indices = np.concatenate(group)
+        source = self.train_corpus.source_lengths[indices] + 1
+        target = self.train_corpus.target_lengths[indices] + 1
+        return int(source.sum()), int(target.sum()), self.flops.training(source, target)
+
+    def _train_step(self) -> tuple[float, int, int, int, int]:
+        """One optimizer step; returns its mean loss, tokens per side, FLOPs and padded positions."""
+        t = self.training
         group = self.stream.next_step()
-        step_target_tokens = sum(int(self.train_corpus.target_lengths[b].sum()) + len(b) for b in group)
-        _seed_step(self.training.seed, self.rank, self.step + 1)
+        source_tokens, target_tokens, flops = self._step_sizes(group)
+        _seed_step(t.seed, self.rank, self.step + 1)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
-        loss_sum = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss, src, tgt tokens
-        autocast = self.training.precision == "bf16" and self.device.type == "cuda"
+        totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, padded positions
+        autocast = t.precision == "bf16" and self.device.type == "cuda"
         pin = self.device.type == "cuda"
-        batches = [self.loader.submit(collate, self.train_corpus, indices, pin)
-                   for indices in group[self.rank :: self.world]]
-        for pending in batches:
+        passes = device_passes(group[self.rank :: self.world], self.train_corpus,
+                               t.max_tokens_per_device, t.pad_to_multiple)
+        batches = [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple)
+                   for indices in passes]
+        for number, pending in enumerate(batches):
             batch = pending.result().to(self.device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                logits = self.forward(batch.source, batch.target_input)
-            loss, _ = label_smoothed_loss(logits, batch.target_output, self.config.label_smoothing)
-            (loss / step_target_tokens).backward()
-            loss_sum[0] += loss.detach()  # stays on the device: no synchronisation per micro-batch
-            loss_sum[1] += batch.source_tokens
-            loss_sum[2] += batch.target_tokens
-        distributed.all_reduce_gradients(self.parameters)
-        distributed.all_reduce_sum(loss_sum)
+            totals[1] += batch.source.numel() + batch.target_output.numel()
+            last = number == len(batches) - 1  # gradients are all-reduced during the last backward
+            with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    logits = self.forward(batch.source, batch.target_input)
+                loss, _ = label_smoothed_loss(logits, batch.target_output, self.config.label_smoothing)
+                (loss * (self.world / target_tokens)).backward()
+            totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
+        distributed.all_reduce_sum(totals)
         self.step += 1
-        lr = learning_rate(self.step, self.config.d_model, self.training.warmup_steps, self.training.lr_scale)
+        lr = learning_rate(self.step, self.config.d_model, t.warmup_steps, t.lr_scale)
         for group_settings in self.optimizer.param_groups:
             group_settings["lr"] = lr
         self.optimizer.step()
-        loss_value, source_tokens, target_tokens = loss_sum.tolist()
-        return loss_value / target_tokens, int(source_tokens), int(target_tokens)
+        loss_total, padded = totals.tolist()
+        return loss_total / target_tokens, source_tokens, target_tokens, flops, int(padded)
 
     def _evaluate(self) -> None:
         total, tokens = corpus_negative_log_likelihood(
@@ -172,26 +198,29 @@ class Trainer:
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
                         disable=self.rank != 0 or not sys.stderr.isatty())
-        window_start, window_tokens = time.monotonic(), 0
+        window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
         while self.step < last_step:
             started = time.monotonic()
-            loss, source_tokens, target_tokens = self._train_step()
+            loss, source_tokens, target_tokens, flops, padded = self._train_step()
             self.totals["wall_seconds"] += time.monotonic() - started
             self.totals["source_tokens"] += source_tokens
             self.totals["target_tokens"] += target_tokens
+            self.totals["training_flops"] += flops
+            self.totals["padded_positions"] += padded
             self.last_train_loss = loss
-            window_tokens += source_tokens + target_tokens
+            window["target_tokens"] += target_tokens
+            window["tokens"] += source_tokens + target_tokens
+            window["flops"] += flops
             progress.update(1)
             if self.step % t.log_every_steps == 0 or self.step == t.steps:
-                elapsed = time.monotonic() - window_start
                 metrics = {"train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-                           "tokens_per_second": window_tokens / elapsed}
+                           **self._throughput(window)}
                 self._record(metrics)
                 progress.set_postfix(loss=f"{loss:.3f}")
                 if progress.disable and self.rank == 0:
-                    log.info("step %d/%d loss %.4f lr %.3g tokens/s %.0f", self.step, t.steps, loss,
-                             metrics["lr"], metrics["tokens_per_second"])
-                window_start, window_tokens = time.monotonic(), 0
+                    log.info("step %d/%d loss %.4f lr %.3g target tokens/s %.0f", self.step, t.steps, loss,
+                             metrics["lr"], metrics["target_tokens_per_second"])
+                window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
             if self.step % t.eval_every_steps == 0 or self.step == t.steps:
                 self._evaluate()
                 if self.rank == 0:
@@ -204,22 +233,48 @@ class Trainer:
             return None
         return self._finish()
 
+    def _peak_flops(self) -> float | None:
+        """The peak FLOP/s of all ranks together, where the device is a known GPU."""
+        if self.device.type != "cuda":
+            return None
+        peak = peak_flops(torch.cuda.get_device_name(self.device))
+        return None if peak is None else peak * self.world
+
+    def _throughput(self, window: dict) -> dict:
+        elapsed = time.monotonic() - window["start"]
+        flops_per_second = window["flops"] / elapsed
+        peak = self._peak_flops()
+        return {"target_tokens_per_second": window["target_tokens"] / elapsed,
+                "tokens_per_second": window["tokens"] / elapsed,
+                "model_tflops_per_second": flops_per_second / 1e12,
+                **({"mfu": flops_per_second / peak} if peak else {})}
+
     def _finish(self) -> dict:
         save_atomically({"model": self.model.state_dict(), "model_config": self.config.model_dump(),
                          "vocab_size": self.vocab_size, "step": self.step}, self.train_dir / "final.pt")
         on_gpu = self.device.type == "cuda"
+        totals, steps, peak = self.totals, max(self.step, 1), self._peak_flops()
+        seconds = max(totals["wall_seconds"], 1e-9)
+        real_positions = totals["source_tokens"] + totals["target_tokens"]
         summary = {
             "dataset": self.dataset,
             "variant": self.variant.name,
             "steps": self.step,
             "parameters": self.model.num_parameters(),
-            **self.totals,
+            **totals,
+            "mean_source_tokens_per_step": totals["source_tokens"] / steps,
+            "mean_target_tokens_per_step": totals["target_tokens"] / steps,
+            "micro_batches_per_step": self.training.micro_batches_per_step,
+            "target_tokens_per_second": totals["target_tokens"] / seconds,
+            "model_flops_per_second": totals["training_flops"] / seconds,
+            # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown GPUs.
+            "mfu": totals["training_flops"] / seconds / peak if peak else None,
             "world_size": self.world,
             "device": torch.cuda.get_device_name(self.device) if on_gpu else "cpu",
-            "gpu_hours": self.world * self.totals["wall_seconds"] / 3600 if on_gpu else 0.0,
+            "gpu_hours": self.world * totals["wall_seconds"] / 3600 if on_gpu else 0.0,
             "final_train_loss": self.last_train_loss,
             "final_dev_loss": self.last_dev_loss,
-            "padding_waste": padding_waste(self.stream.batches, self.train_corpus),
+            "padding_waste": 1.0 - real_positions / totals["padded_positions"] if totals["padded_positions"] else 0.0,
         }
         temporary = self.train_dir / "summary.json.tmp"
         temporary.write_text(json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,96 @@
+"""Exact FLOP counts of the Transformer, for throughput and model FLOPs utilisation (MFU).
+
+Not 6 x parameters x all tokens: a source token passes only through the encoder (and the
+decoder's encoder-decoder key/value projections), a target token only through the decoder and the
+pre-softmax projection (section 3.4), and attention's products (eq. 1) grow with the lengths.
+A multiply-add counts 2 FLOPs. Per pair, with s source positions (EOS included) and t target
+positions (BOS included), h heads, N layers:
+
+* encoder, per source token and layer: the fused Q/K/V projection, W^O and the two FFN matrices;
+  attention: Q K^T and the weighted sum over V, 2 s^2 h (d_k + d_v) per layer;
+* decoder, per target token and layer: self-attention Q/K/V and W^O, the cross-attention query and
+  W^O, the FFN; per *source* token and layer: the cross-attention keys and values;
+  attention: causal self-attention over t(t+1)/2 query-key pairs (only those are useful work),
+  2 t(t+1)/2 h (d_k + d_v), and cross-attention 2 t s h (d_k + d_v);
+* output projection: 2 d_model V per target token.
+
+Embedding look-ups, biases, softmax, layer normalisation and dropout are element-wise and left
+out. Training counts 3x the forward pass (the backward pass costs twice the forward's matrix
+products); recomputation, if any, is not counted (model FLOPs, not hardware FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reproduce.config import ModelConfig
+
+TRAINING_MULTIPLIER = 3  # forward + backward (2x forward)
+
+# Dense bf16 tensor-core peaks (FLOP/s) by a substring of torch.cuda.get_device_name().
+PEAK_BF16_FLOPS = {
+    "H100 PCIe": 756e12,
+    "H100": 989e12,
+    "H200": 989e12,
+    "GH200": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10": 125e12,
+    "V100": 125e12,  # fp16 tensor cores (no bf16 on Volta)
+}
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The dense bf16 peak of a GPU named ``device_name``, or None where unknown (CPUs)."""
+    for name, peak in PEAK_BF16_FLOPS.items():  # "H100 PCIe" is tried before "H100"
+        if name in device_name:
+            return peak
+    return None
+
+
+@dataclass(frozen=True)
+class TransformerFlops:
+    """Forward-pass FLOPs of one model, as a function of its pairs' lengths."""
+
+    config: ModelConfig
+    vocab_size: int
+
+    @property
+    def _attention_width(self) -> int:  # h (d_k + d_v): QK^T and the sum over V, per pair of positions
+        c = self.config
+        return c.heads * (c.d_k + c.d_v)
+
+    def per_source_token(self) -> int:
+        """Encoder layers, plus the decoder's cross-attention keys and values, per source token."""
+        c = self.config
+        self_attention = c.d_model * c.heads * (2 * c.d_k + c.d_v) + c.heads * c.d_v * c.d_model
+        encoder_layer = self_attention + 2 * c.d_model * c.d_ff
+        cross_keys_values = c.d_model * c.heads * (c.d_k + c.d_v)
+        return 2 * c.layers * (encoder_layer + cross_keys_values)
+
+    def per_target_token(self) -> int:
+        """Decoder layers (without cross keys/values) and the output projection, per target token."""
+        c = self.config
+        self_attention = c.d_model * c.heads * (2 * c.d_k + c.d_v) + c.heads * c.d_v * c.d_model
+        cross_query_output = c.d_model * c.heads * c.d_k + c.heads * c.d_v * c.d_model
+        decoder_layer = self_attention + cross_query_output + 2 * c.d_model * c.d_ff
+        return 2 * (c.layers * decoder_layer + c.d_model * self.vocab_size)
+
+    def attention(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """Q K^T and the weighted sums over V, summed over pairs and layers."""
+        s = np.asarray(source_positions, dtype=np.int64)
+        t = np.asarray(target_positions, dtype=np.int64)
+        pairs_of_positions = s * s + t * (t + 1) // 2 + t * s  # encoder, causal decoder, cross
+        return int(2 * self.config.layers * self._attention_width * pairs_of_positions.sum())
+
+    def forward(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one forward pass over pairs with these real lengths (no padding counted)."""
+        return (self.per_source_token() * int(np.sum(source_positions))
+                + self.per_target_token() * int(np.sum(target_positions))
+                + self.attention(source_positions, target_positions))
+
+    def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one training pass (forward and backward)."""
+        return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
