@@ -2,9 +2,10 @@
 
 * Training: our Transformer against a **peer** built from ``torch.nn.Transformer`` with the same
   hyper-parameters (post-norm, ReLU, shared embeddings and output projection), on identical
-  length-bucketed batches: target and source+target tokens/s, achieved FLOP/s (6 x parameters x
-  tokens, attention's length terms left out), model FLOPs utilisation against the device's peak
-  where known, peak memory, padding waste.
+  length-bucketed batches: target and source+target tokens/s, achieved FLOP/s counted exactly
+  (:mod:`reproduce.model.flops`: encoder x source tokens, decoder and output projection x target
+  tokens, plus attention), model FLOPs utilisation against the GPU's dense bf16 peak where known,
+  peak memory, padding waste.
 * Beam search (beam 4, alpha 0.6, max length = source + 50) on a few hundred sentences:
   sentences/s and generated tokens/s of our cached decoder against the same search driven by a
   decoder that recomputes the whole prefix at every step.
@@ -29,6 +30,7 @@ from torch import nn
 
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import beam_search
+from reproduce.model.flops import TransformerFlops, peak_flops
 from reproduce.model.transformer import DecoderCache, EncoderOutput, Transformer
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.batching import pack_batches
@@ -39,7 +41,6 @@ SIZES = {
     "base": ModelConfig(),
     "big": ModelConfig(d_model=1024, d_ff=4096, heads=16, d_k=64, d_v=64, dropout=0.3),
 }
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks
 
 
 class PeerTransformer(nn.Module):
@@ -122,17 +123,17 @@ def synthetic_batches(vocab: int, sentences: int, max_tokens: int, seed: int):
     return batches, 1 - real / cells
 
 
-def time_training(model, batches, device, steps, bf16) -> dict:
+def time_training(model, batches, device, steps, bf16, counter: TransformerFlops) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     model.train()
-    target_tokens = all_tokens = 0
+    target_tokens = all_tokens = flops = 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     for step in range(steps + 2):
         if step == 2:  # two warm-up steps
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            started, target_tokens, all_tokens = time.perf_counter(), 0, 0
+            started, target_tokens, all_tokens, flops = time.perf_counter(), 0, 0, 0
         source, target_in, target_out = (t.to(device) for t in batches[step % len(batches)])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(source, target_in)
@@ -142,11 +143,12 @@ def time_training(model, batches, device, steps, bf16) -> dict:
         optimizer.zero_grad(set_to_none=True)
         target_tokens += tokens
         all_tokens += tokens + int(source.ne(PAD).sum())
+        flops += counter.training(source.ne(PAD).sum(1).cpu().numpy(), target_out.ne(PAD).sum(1).cpu().numpy())
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     parameters = sum(p.numel() for p in model.parameters())
-    flops = 6 * parameters * all_tokens / seconds
+    flops /= seconds
     peak_memory = (torch.cuda.max_memory_allocated() if device.type == "cuda"
                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"target tokens/s": target_tokens / seconds, "src+tgt tokens/s": all_tokens / seconds,
@@ -158,7 +160,7 @@ def _mfu(flops: float, device: torch.device) -> str:
     if device.type != "cuda":
         return "n/a (CPU)"
     name = torch.cuda.get_device_name(device)
-    peak = next((value for key, value in PEAK_FLOPS.items() if key in name), None)
+    peak = peak_flops(name)
     return f"{100 * flops / peak:.1f}%" if peak else f"n/a ({name})"
 
 
@@ -199,7 +201,8 @@ def main() -> None:
     runs = {name: [] for name in models}
     for _ in range(args.repeats):
         for name, model in models.items():
-            runs[name].append(time_training(model, batches, device, args.steps, args.bf16))
+            runs[name].append(time_training(model, batches, device, args.steps, args.bf16,
+                                            TransformerFlops(config, args.vocab)))
     rows = {name: sorted(results, key=lambda row: row["target tokens/s"])[len(results) // 2]
             for name, results in runs.items()}
     columns = list(rows["ours"])

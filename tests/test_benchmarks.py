@@ -25,3 +25,10 @@ def test_model_speed_compares_ours_with_the_peers():
                   "--decode-sentences", "4", "--max-tokens", "256")
     assert "| ours |" in output and "| peer: torch.nn.Transformer |" in output
     assert "recomputing the prefix" in output and "cached / recomputing" in output
+
+
+def test_trainer_speed_prints_cold_and_warm_headlines():
+    output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500", "--steps", "4",
+                  "--log-every", "2")
+    assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
+    assert "mean tokens per step" in output and "exact MFU n/a" in output
