@@ -169,8 +169,10 @@ def launch_training(
                         trained_settings(variant, experiment))
     if launcher == "inline":
         return task()
-    executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher)
     resources = variant.resources
+    # Requeues after a time limit, counted by submitit (the local executor ignores it).
+    executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
+                                     slurm_max_num_timeout=resources.max_requeues)
     if launcher == "local":
         executor.update_parameters(tasks_per_node=tasks, timeout_min=resources.time_minutes)
     else:
@@ -181,7 +183,6 @@ def launch_training(
             cpus_per_task=resources.cpus_per_gpu, mem_gb=resources.mem_gb,
             timeout_min=resources.time_minutes, slurm_partition=resources.partition,
             slurm_signal_delay_s=resources.requeue_signal_seconds,
-            slurm_max_num_timeout=resources.max_requeues,
             name=f"train-{experiment.name}-{variant.name}",
             **({"gpus_per_node": gpus_per_node} if gpus_per_node else {}),
         )
