@@ -88,7 +88,7 @@ def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) ->
     return [PYTHON, "-c", script]
 
 
-def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+def _wait_for(condition, what: str, timeout: float = 300.0) -> None:  # a safety net only
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -200,6 +200,29 @@ def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly
     Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, reference).run()
     settings = trained_settings(small_variant(steps=steps), experiment)
     Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, folder, settings=settings).run()
+    assert _model_digest(folder) == _model_digest(reference)
+
+
+def test_the_pre_timeout_signal_saves_a_checkpoint_and_submitit_requeues(corpora, tmp_path):
+    """submitit's local executor runs the task as Slurm would, and requeues it when the task exits
+    through submitit's handler; USR2 is the signal Slurm sends before the time limit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    folder, steps = tmp_path / "variant", 60
+    with ThreadPoolExecutor(1) as pool:
+        launched = pool.submit(launch_training, experiment, small_variant(steps=steps), *corpora, folder, folder,
+                               launcher="local", tasks=1)
+        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder), "a first checkpoint")
+        os.kill(_holder_pid(folder), signal.SIGUSR2)
+        summary = launched.result(timeout=300)
+    assert summary["steps"] == steps
+    log = "".join(path.read_text() for path in (folder / "submitit").glob("*_log.err"))
+    stop = log[log.index("training stopped at step "):].split()[4]
+    assert "(received SIGUSR2); its checkpoint resumes it" in log and "Requeued job" in log, log[-3000:]
+    assert f"resumed from {folder / 'checkpoints'}/step_{int(stop):08d}.pt at step {stop}" in log
+    reference = tmp_path / "reference"
+    Trainer(small_variant(steps=steps), "t", *corpora, reference).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
