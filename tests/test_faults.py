@@ -5,10 +5,12 @@ Real processes are killed (kill -9, SIGTERM, the death of their parents), real f
 real pickle crafted; the models are compared bit for bit with one straight run.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import random
+import re
 import resource
 import shlex
 import shutil
@@ -233,9 +235,13 @@ def _run_status(folder: Path) -> str:
     return MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").get_run(run_id).info.status
 
 
-def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path):
-    """snakemake -> bash -c '...; python' -> trainer: kill -9 the top process, as a user killing
-    Snakemake would; bash stays behind, the trainer notices, checkpoints and exits."""
+@pytest.mark.parametrize("killed, reason", [
+    ("snakemake", r"process \d+, which started the shell \d+, exited\)"),
+    ("bash", r"received SIGTERM\)"),  # the kernel's parent-death signal
+])
+def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path, killed, reason):
+    """snakemake -> bash -c '...; python' -> trainer: kill -9 Snakemake's stand-in (bash stays
+    behind, reparented) or the rule's bash; the trainer checkpoints and exits either way."""
     folder = tmp_path / "variant"
     trainer = shlex.join(_trainer_process(corpora, folder, 2000, launch=True))
     job = subprocess.Popen([PYTHON, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
@@ -244,13 +250,19 @@ def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path):
     try:
         _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder), "a first checkpoint")
         pid = _holder_pid(folder)
-        job.kill()
-        job.wait()
-        _wait_for(lambda: not _alive(pid), "the orphaned trainer to exit", timeout=30)
+        if killed == "snakemake":
+            job.kill()
+            job.wait()
+        else:
+            os.kill(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
+        _wait_for(lambda: not _alive(pid), "the orphaned trainer to exit")
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of the job
+            os.killpg(job.pid, signal.SIGKILL)
     log = (folder.parent / "train.log").read_text()
-    assert "exited); its checkpoint resumes it" in log, log[-2000:]
+    assert re.search(r"training stopped at step (\d+) \(" + reason + "; its checkpoint resumes it", log), log[-2000:]
+    stopped = int(re.search(r"training stopped at step (\d+)", log).group(1))
+    assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == stopped
     with VariantLock(folder):  # released: the next trainer may start at once
         pass
 
