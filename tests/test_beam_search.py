@@ -94,3 +94,16 @@ def test_length_penalty_formula():
     assert length_penalty(1, 0.6) == pytest.approx(1.0)
     assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
     assert length_penalty(13, 0.0) == 1.0
+
+
+def test_sentences_leaving_the_batch_early_do_not_change_the_others():
+    """Done sentences are dropped from the batch step by step; every result equals decoding alone."""
+    model = peaky_model(3)
+    generator = torch.Generator().manual_seed(5)
+    sentences = [torch.randint(4, VOCAB, (int(length),), generator=generator).tolist() + [EOS]
+                 for length in torch.randint(1, 9, (12,), generator=generator)]
+    batch = torch.full((12, max(map(len, sentences))), PAD)
+    for row, sentence in enumerate(sentences):
+        batch[row, : len(sentence)] = torch.tensor(sentence)
+    alone = [beam_search(model, torch.tensor([s]), 4, 0.6, 4)[0] for s in sentences]
+    assert beam_search(model, batch, 4, 0.6, 4) == alone

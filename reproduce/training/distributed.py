@@ -1,5 +1,6 @@
 """torch.distributed set-up from the environment that submitit or torchrun export
-(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): NCCL on GPUs, gloo on CPUs."""
+(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT): NCCL when every rank of
+a node has a GPU of its own, gloo otherwise (CPUs, or several ranks sharing one GPU in tests)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
+def backend() -> str:
+    ranks_on_this_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    one_gpu_each = torch.cuda.is_available() and ranks_on_this_node <= torch.cuda.device_count()
+    return "nccl" if one_gpu_each else "gloo"
+
+
 def initialise() -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend())
 
 
 def shutdown() -> None:
@@ -33,9 +40,10 @@ def local_rank() -> int:
 
 
 def device() -> torch.device:
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank())
-        return torch.device("cuda", local_rank())
+    if torch.cuda.is_available():  # ranks share GPUs round-robin where there are fewer GPUs
+        index = local_rank() % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
@@ -51,5 +59,6 @@ def data_parallel(model: torch.nn.Module) -> DistributedDataParallel | None:
     """
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return None
-    device_ids = [local_rank()] if torch.cuda.is_available() else None
+    parameters_device = next(model.parameters()).device
+    device_ids = [parameters_device.index] if parameters_device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids)

@@ -1,0 +1,87 @@
+"""CUDA: resume, bf16, torch.compile, incremental decoding and data parallelism on a GPU.
+
+Skipped without one (tests/conftest.py); run on a GPU machine with ``pytest -m gpu``. The
+trainer picks the GPU by itself (reproduce.training.distributed.device), so these runs are the
+real training path, not a copy of it.
+"""
+
+import json
+
+import pytest
+import torch
+
+from reproduce.config import load_experiment
+from reproduce.model.transformer import DecoderCache
+from reproduce.special_tokens import BOS, PAD
+from reproduce.training.launch import launch_training
+from reproduce.training.trainer import Trainer
+from tests.test_model import random_tokens, tiny_model
+from tests.test_training import _final, _key_bias_masks
+from tests.training_fixtures import ROOT, random_corpus, small_variant
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpora")
+    return random_corpus(folder / "train", 400, seed=1), random_corpus(folder / "dev", 40, seed=2)
+
+
+def _assert_same_model(a, b, config, atol):
+    key_bias = _key_bias_masks(config, a)
+    for name, tensor in a.items():
+        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+        assert torch.allclose(tensor[~mask].float(), b[name][~mask].float(), atol=atol), name
+
+
+def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
+    variant = small_variant(steps=12, dropout=0.1)  # dropout: the CUDA generator must be restored too
+    straight = Trainer(variant, "t", *corpora, tmp_path / "straight")
+    assert straight.device.type == "cuda"
+    straight.run()
+    Trainer(variant, "t", *corpora, tmp_path / "resumed").run(stop_after_steps=6)
+    Trainer(variant, "t", *corpora, tmp_path / "resumed").run()
+    a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_bf16_training_follows_fp32(corpora, tmp_path):
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision)
+        summary = Trainer(variant, "t", *corpora, tmp_path / precision).run()
+        losses[precision] = summary["final_train_loss"]
+        assert summary["device"] != "cpu"
+    assert abs(losses["bf16"] - losses["fp32"]) / losses["fp32"] < 0.05
+
+
+def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
+    eager, compiled = small_variant(steps=3, dropout=0.0), small_variant(steps=3, dropout=0.0, compile=True)
+    Trainer(eager, "t", *corpora, tmp_path / "eager").run()
+    Trainer(compiled, "t", *corpora, tmp_path / "compiled").run()
+    _assert_same_model(_final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"],
+                       eager.model, atol=1e-4)
+
+
+def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
+    model = tiny_model().cuda()
+    source = random_tokens(3, 7).cuda()
+    source[2, 5:] = PAD
+    target = torch.cat([torch.full((3, 1), BOS), random_tokens(3, 9, seed=7)], dim=1).cuda()
+    full = model(source, target)
+    encoded, cache = model.encode(source), DecoderCache()
+    steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
+
+
+def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
+    """Two processes on one GPU talk through gloo (NCCL needs a GPU per rank)."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    variant = small_variant(steps=6, dropout=0.0)
+    launch_training(experiment, variant, *corpora, tmp_path / "one", tmp_path, launcher="inline")
+    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local", tasks=2)
+    _assert_same_model(_final(tmp_path / "one")["model"], _final(tmp_path / "two")["model"],
+                       variant.model, atol=1e-5)
+    summary = json.loads((tmp_path / "two/train/summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["device"] != "cpu"
