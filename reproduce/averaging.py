@@ -1,5 +1,8 @@
 """Checkpoint averaging (section 6.1): the parameters of the last 5 (base) or 20 (big)
-checkpoints, written at fixed intervals, are averaged into the model used for Table 2."""
+checkpoints, written at fixed intervals, are averaged into the model used for Table 2.
+
+Only checkpoints of one run are averaged: they must record the same training settings
+(fingerprint); the average carries that fingerprint on, so that decoding can check it."""
 
 from __future__ import annotations
 
@@ -8,14 +11,20 @@ from pathlib import Path
 
 import torch
 
-from reproduce.training.checkpoints import list_checkpoints, save_atomically
+from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 def average_checkpoints(paths: list[Path]) -> dict:
     """The element-wise mean of the models in ``paths`` (in float64, cast back to each dtype)."""
-    states = [torch.load(path, map_location="cpu", weights_only=False) for path in paths]
+    states = [load_checkpoint(path) for path in paths]
+    for path, state in zip(paths[1:], states[1:]):
+        if state.get("fingerprint") != states[0].get("fingerprint"):
+            raise CheckpointError(
+                f"{path}: trained with other settings (fingerprint {state.get('fingerprint')}) than "
+                f"{paths[0]} ({states[0].get('fingerprint')}); only checkpoints of one run are averaged"
+            )
     models = [state["model"] for state in states]
     averaged = {}
     for name, first in models[0].items():
@@ -26,13 +35,16 @@ def average_checkpoints(paths: list[Path]) -> dict:
             averaged[name] = first.clone()
         else:
             raise ValueError(f"integer tensor {name!r} differs between {paths[0]} and the others")
-    return {"model": averaged, "model_config": states[-1]["model_config"],
-            "vocab_size": states[-1]["vocab_size"], "step": states[-1]["step"],
+    identity = {key: states[-1][key] for key in ("model_config", "vocab_size", "settings", "fingerprint")
+                if key in states[-1]}
+    return {"model": averaged, **identity, "step": states[-1]["step"],
             "averaged_steps": [state["step"] for state in states]}
 
 
 def average_last(checkpoint_dir: Path, k: int, output: Path) -> dict:
     """Average the last ``k`` checkpoints of ``checkpoint_dir`` into ``output``."""
+    if k < 1:
+        raise ValueError(f"average_last: --last must be at least 1, got {k}")
     available = list_checkpoints(checkpoint_dir)
     if len(available) < k:
         raise ValueError(
@@ -40,6 +52,6 @@ def average_last(checkpoint_dir: Path, k: int, output: Path) -> dict:
             f"raise checkpoints.keep_last or save more often (checkpoints.every_steps)"
         )
     state = average_checkpoints(available[-k:])
-    save_atomically(state, output)
+    save_checkpoint(state, output)
     log.info("averaged steps %s into %s", state["averaged_steps"], output)
     return state

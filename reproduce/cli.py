@@ -110,6 +110,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         launcher=args.launcher,
         tasks=args.tasks,
         threads=args.threads,
+        restart=args.restart,
     )
 
 
@@ -123,16 +124,19 @@ def cmd_average(args: argparse.Namespace) -> None:
 # Evaluation
 # ------------------------------------------------------------------------------------------------
 def cmd_decode(args: argparse.Namespace) -> None:
+    from reproduce.config import trained_settings
     from reproduce.decoding.translate import translate_file
 
     experiment = _experiment(args)
+    variant = experiment.variant(args.variant)
     _set_threads(args.threads)
     translate_file(
         checkpoint=Path(args.checkpoint),
         spm_model=Path(args.spm_model),
         source=Path(args.source),
         out=Path(args.out),
-        decoding=experiment.variant(args.variant).decoding,
+        decoding=variant.decoding,
+        expected_settings=trained_settings(variant, experiment),
     )
 
 
@@ -245,6 +249,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--launcher", choices=["inline", "local", "slurm"], default="inline")
     sub.add_argument("--tasks", type=int, default=1, help="processes for the local launcher")
     sub.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    sub.add_argument("--restart", action="store_true",
+                     help="start from step 0: move checkpoints/ and train/ aside into replaced-<time>/")
 
     sub = command("average", cmd_average, "average the last K checkpoints")
     sub.add_argument("--checkpoint-dir", required=True)

@@ -12,6 +12,8 @@ naming the file and the key (:class:`ConfigError`).
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -197,6 +199,9 @@ class Resources(Strict):
     # Seconds before the time limit at which Slurm signals the job so that submitit requeues
     # it (training then resumes from its latest checkpoint).
     requeue_signal_seconds: int = Field(default=120, gt=0)
+    # How many times submitit requeues the job after a time limit (preemptions are not counted);
+    # a week-long run under a 24-hour limit needs at least 6.
+    max_requeues: int = Field(default=30, ge=0)
 
 
 class Variant(Strict):
@@ -288,6 +293,59 @@ class Experiment(Strict):
         return ResolvedVariant(
             name=name, description=spec.description, table3_row=spec.table3_row, **sections
         )
+
+
+# --------------------------------------------------------------------------------------------
+# What a trained model depends on
+# --------------------------------------------------------------------------------------------
+# Keys of ``training`` that change neither the weights nor the data they are trained on: how
+# often to log, evaluate and save, and how many checkpoints to keep and average. ``steps`` is
+# compared on its own: raising it continues a run.
+_NOT_TRAINED_ON = {"steps", "log_every_steps", "eval_every_steps", "checkpoints", "average_last"}
+
+
+def trained_settings(variant: ResolvedVariant, experiment: Experiment | None = None) -> dict[str, Any]:
+    """Every setting that shapes the weights of ``variant`` after a given number of steps, as
+    ``{"model.dropout": 0.1, "data.train.0.url": ..., ...}``: the model, the training settings
+    (but :data:`_NOT_TRAINED_ON`) and, given the ``experiment``, the languages, the train and dev
+    sources (dev gives the reported dev loss) and cleaning, and the BPE settings that make the
+    token ids. Test data, decoding and cluster resources are not part of it (the trainer makes
+    every world size compute the same step)."""
+    sections: dict[str, Any] = {
+        "model": variant.model.model_dump(mode="json"),
+        "training": variant.training.model_dump(mode="json", exclude=_NOT_TRAINED_ON),
+    }
+    if experiment is not None:
+        sections["languages"] = [experiment.source_lang, experiment.target_lang]
+        sections["data"] = experiment.data.model_dump(mode="json", exclude={"mirror_dir", "test"})
+        sections["bpe"] = experiment.bpe.model_dump(mode="json")
+    flat: dict[str, Any] = {}
+    _flatten(sections, "", flat)
+    return flat
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """A short digest of :func:`trained_settings`, stable across runs and machines."""
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def differing_settings(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: recorded -> current`` for every key whose value differs (or exists on one side)."""
+    missing = "(absent)"
+    return [f"{key}: {recorded.get(key, missing)!r} -> {current.get(key, missing)!r}"
+            for key in sorted(recorded.keys() | current.keys()) if recorded.get(key, missing) != current.get(key, missing)]
+
+
+def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{prefix}{key}.", into)
+    elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        for index, item in enumerate(value):
+            _flatten(item, f"{prefix}{index}.", into)
+    else:
+        into[prefix.removesuffix(".")] = value
 
 
 def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

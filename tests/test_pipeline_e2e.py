@@ -160,3 +160,28 @@ def test_snakemake_tables_renders_what_exists_without_training(tmp_path):
     assert len(table3) == 5 and table3["BLEU (dev)"].isna().all()
     assert not (tmp_path / "results/tiny/base").exists()  # nothing was trained
     assert not (tmp_path / "results/downloads").exists()
+
+
+def test_an_edited_variant_is_replanned_alone_and_refused_until_restarted(pipeline):
+    """Issue 14: the experiment file reaches the train rule as a fingerprint of what the weights
+    depend on; an edit replans that variant only, and resuming its old checkpoints is refused."""
+    experiment_file = pipeline / "configs/tiny.yaml"
+    original = experiment_file.read_text()
+    experiment = yaml.safe_load(original)
+    experiment["variants"]["A_h1"].setdefault("model", {})["dropout"] = 0.3
+    experiment["variants"]["base"].setdefault("decoding", {})["beam_size"] = 2
+    experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    try:
+        result = _snakemake(pipeline, "--dry-run", "all")
+        assert result.returncode == 0, result.stderr
+        jobs = _planned_jobs(pipeline, "all")
+        assert jobs["train"] == 1 and jobs["decode"] == 4, jobs  # A_h1's training; base's decoding
+        train_job = result.stdout[result.stdout.index("rule train:"):].split("\n\n")[0]
+        assert "variant=A_h1" in train_job
+        refused = _snakemake(pipeline, "results/tiny/A_h1/train/final.pt")
+        assert refused.returncode != 0
+        log = (pipeline / "results/logs/tiny/train_A_h1.log").read_text().strip().splitlines()[-1]
+        assert log.startswith("reproduce train: error: ") and "model.dropout: 0.1 -> 0.3" in log, log
+        assert "--restart" in log and len(list((pipeline / "results/tiny/A_h1/checkpoints").glob("step_*.pt"))) == 5
+    finally:
+        experiment_file.write_text(original)

@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from reproduce.config import load_experiment
+from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
 from tests.project_copy import copy_workflow
 from tests.slurm_cluster import require_local_slurm
@@ -126,7 +127,7 @@ def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(t
         launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm")
     logs = "".join(path.read_text() for path in (tmp_path / "slurm/submitit").glob("*_log.*"))
     assert "Requeued job" in logs and "resumed from" in logs, logs[-3000:]
-    straight = torch.load(tmp_path / "straight/train/final.pt", weights_only=False)["model"]
-    requeued = torch.load(tmp_path / "slurm/train/final.pt", weights_only=False)["model"]
+    straight = load_checkpoint(tmp_path / "straight/train/final.pt")["model"]
+    requeued = load_checkpoint(tmp_path / "slurm/train/final.pt")["model"]
     for name, tensor in straight.items():
         assert torch.equal(tensor, requeued[name]), name

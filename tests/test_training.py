@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from reproduce.averaging import average_checkpoints, average_last
-from reproduce.training.checkpoints import list_checkpoints
+from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import Trainer
 from tests.training_fixtures import random_corpus, small_variant
@@ -19,7 +19,7 @@ def corpora(tmp_path_factory):
 
 
 def _final(folder):
-    return torch.load(folder / "train" / "final.pt", weights_only=False)
+    return load_checkpoint(folder / "train" / "final.pt")
 
 
 def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
@@ -35,8 +35,8 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     last = {p.name for p in list_checkpoints(tmp_path / "straight/checkpoints")}
     assert last == {p.name for p in list_checkpoints(tmp_path / "resumed/checkpoints")}
     for name in last:
-        a = torch.load(tmp_path / "straight/checkpoints" / name, weights_only=False)["optimizer"]["state"]
-        b = torch.load(tmp_path / "resumed/checkpoints" / name, weights_only=False)["optimizer"]["state"]
+        a = load_checkpoint(tmp_path / "straight/checkpoints" / name)["optimizer"]["state"]
+        b = load_checkpoint(tmp_path / "resumed/checkpoints" / name)["optimizer"]["state"]
         assert all(torch.equal(a[k]["exp_avg_sq"], b[k]["exp_avg_sq"]) for k in a)
     def curve(folder):  # throughput differs between runs; the rest must not
         rows = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
@@ -117,8 +117,8 @@ def _key_bias_masks(config, state):
 
 
 def _handmade(path, step, value):
-    torch.save({"model": {"w": torch.full((2, 2), value), "count": torch.tensor(3)},
-                "model_config": {}, "vocab_size": 5, "step": step}, path)
+    save_checkpoint({"model": {"w": torch.full((2, 2), value), "count": torch.tensor(3)},
+                     "model_config": {}, "vocab_size": 5, "step": step, "fingerprint": "same run"}, path)
     return path
 
 
@@ -131,6 +131,18 @@ def test_averaging_equals_the_hand_computed_mean(tmp_path):
     assert torch.equal(state["model"]["w"], torch.full((2, 2), 4.0))
     with pytest.raises(ValueError, match="3 checkpoints, but average_last asks for 4"):
         average_last(tmp_path, 4, tmp_path / "averaged.pt")
+    for last in (0, -3):
+        with pytest.raises(ValueError, match=f"--last must be at least 1, got {last}"):
+            average_last(tmp_path, last, tmp_path / "averaged.pt")
+
+
+def test_checkpoints_of_different_runs_are_not_averaged(tmp_path):
+    first = _handmade(tmp_path / "step_00000001.pt", 1, 1.0)
+    other = tmp_path / "step_00000002.pt"
+    save_checkpoint({"model": {"w": torch.full((2, 2), 2.0), "count": torch.tensor(3)},
+                     "model_config": {}, "vocab_size": 5, "step": 2, "fingerprint": "another run"}, other)
+    with pytest.raises(ValueError, match=r"step_00000002.pt: trained with other settings \(fingerprint another run\)"):
+        average_checkpoints([first, other])
 
 
 @pytest.mark.slow

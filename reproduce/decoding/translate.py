@@ -14,17 +14,27 @@ import sentencepiece
 import torch
 from tqdm import tqdm
 
-from reproduce.config import DecodingConfig, ModelConfig
+from reproduce.config import DecodingConfig, ModelConfig, differing_settings
 from reproduce.decoding.beam_search import beam_search
 from reproduce.model.transformer import Transformer
 from reproduce.special_tokens import EOS, PAD
+from reproduce.training.checkpoints import CheckpointError, load_checkpoint
 
 log = logging.getLogger(__name__)
 
 
-def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> Transformer:
-    """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode."""
-    state = torch.load(checkpoint, map_location=device, weights_only=False)
+def load_model(checkpoint: Path, device: torch.device | str = "cpu",
+               expected_settings: dict | None = None) -> Transformer:
+    """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
+    refused when ``expected_settings`` (:func:`reproduce.config.trained_settings`) differ from
+    the settings it was trained with."""
+    state = load_checkpoint(checkpoint)
+    if expected_settings is not None and state.get("settings") != expected_settings:
+        differences = "; ".join(differing_settings(state.get("settings") or {}, expected_settings))
+        raise CheckpointError(
+            f"{checkpoint}: trained with other settings than the experiment now has ({differences}); "
+            f"retrain the variant (`reproduce train ... --restart`) before decoding"
+        )
     model = Transformer(ModelConfig.model_validate(state["model_config"]), state["vocab_size"])
     model.load_state_dict(state["model"])
     return model.to(device).eval()
@@ -67,10 +77,11 @@ def translate_sentences(
 
 
 def translate_file(
-    checkpoint: Path, spm_model: Path, source: Path, out: Path, decoding: DecodingConfig
+    checkpoint: Path, spm_model: Path, source: Path, out: Path, decoding: DecodingConfig,
+    expected_settings: dict | None = None,
 ) -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(checkpoint, device)
+    model = load_model(checkpoint, device, expected_settings)
     processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
     sentences = source.read_text(encoding="utf-8").splitlines()
     translations = translate_sentences(model, processor, sentences, decoding, device)

@@ -1,15 +1,30 @@
-"""Training checkpoints: written atomically, the last ``keep_last`` kept, the latest resumed.
+"""Training checkpoints: durable, verified, loaded without running code; the last ``keep_last`` kept.
 
 A checkpoint holds the model, the optimizer, the step, the data stream's position, the RNG
-states, the counters of the run so far, and what is needed to rebuild the model
-(``model_config``, ``vocab_size``). Older checkpoints are deleted only after the new one is
-safely on disk.
+states, the counters of the run so far, what is needed to rebuild the model (``model_config``,
+``vocab_size``) and the settings it was trained with (``settings``, ``fingerprint``:
+:func:`reproduce.config.trained_settings`). Everything in it is a tensor or a plain value, so
+:func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``: a file that would build
+any other object (and so could run code) is refused.
+
+Writing (:func:`save_checkpoint`): the payload goes to ``<name>.tmp``, is fsynced, renamed over
+``<name>``, and the folder is fsynced; then the sha256 of the payload is written, the same way,
+to the sidecar ``<name>.sha256`` (``sha256sum -c`` reads it). The sidecar is the marker written
+last: a checkpoint without one, or whose bytes do not match it (truncated, zeroed, empty), is not
+a checkpoint, and :func:`latest_good_checkpoint` skips it with a warning for the previous one.
+Older checkpoints are deleted only after the new one and its sidecar are on disk.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
+import os
+import pickle
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,23 +35,135 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
 
 
+class CheckpointError(ValueError):
+    """A checkpoint is unreadable, unverified, refused, or cannot be written; one line, path named."""
+
+
 def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"step_{step:08d}.pt"
 
 
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Checkpoints in ``directory`` by increasing step."""
-    if not directory.exists():
+    """Checkpoints in ``directory`` by increasing step (verified or not)."""
+    if not directory.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
     return [path for _, path in sorted(found)]
 
 
-def save_atomically(state: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+# -- writing ----------------------------------------------------------------------------------------
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_durably(path: Path, write) -> None:
+    """``write(stream)`` into ``<path>.tmp``, fsync, rename over ``path``, fsync the folder.
+    On failure the ``.tmp`` is removed and a one-line :class:`CheckpointError` names ``path``."""
     temporary = path.with_name(path.name + ".tmp")
-    torch.save(state, temporary)
-    temporary.replace(path)
+    try:
+        with temporary.open("wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        temporary.replace(path)
+        _fsync_directory(path.parent)
+    except (OSError, RuntimeError) as error:  # torch reports a full disk as a RuntimeError
+        temporary.unlink(missing_ok=True)
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
+        raise CheckpointError(f"{path}: cannot write ({reason}); check the folder is writable and has room") from None
+
+
+def save_checkpoint(state: dict, path: Path) -> None:
+    """Write ``state`` durably to ``path``, then its sha256 to the sidecar (the marker, last)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CheckpointError(f"{path.parent}: cannot create the folder ({error.strerror})") from None
+    sidecar_path(path).unlink(missing_ok=True)  # a stale marker must never vouch for new bytes
+    _write_durably(path, lambda stream: torch.save(state, stream))
+    with path.open("rb") as stream:
+        digest = hashlib.file_digest(stream, "sha256").hexdigest()
+    line = f"{digest}  {path.name}\n".encode()
+    _write_durably(sidecar_path(path), lambda stream: stream.write(line))
+
+
+def remove_checkpoint(path: Path) -> None:
+    sidecar_path(path).unlink(missing_ok=True)  # the marker first: a half-removed one is unverified
+    path.unlink(missing_ok=True)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def load_checkpoint(path: Path) -> dict:
+    """The state in ``path``, on the CPU, after checking its sha256 sidecar; never runs code."""
+    path = Path(path)
+    try:
+        payload = path.read_bytes()
+        expected = sidecar_path(path).read_text().split()
+    except FileNotFoundError as error:
+        missing = "it" if error.filename == str(path) else f"its checksum file {sidecar_path(path).name}"
+        raise CheckpointError(f"{path}: not a complete checkpoint ({missing} is missing)") from None
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read ({error.strerror})") from None
+    if not expected or hashlib.sha256(payload).hexdigest() != expected[0]:
+        raise CheckpointError(
+            f"{path}: damaged ({len(payload)} bytes whose sha256 does not match {sidecar_path(path).name})"
+        )
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(
+            f"{path}: refused: it holds objects other than tensors and plain values, which could "
+            f"run code when loaded"
+        ) from None
+    except (RuntimeError, EOFError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({str(error).splitlines()[0]})") from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path}: not a checkpoint of this package (no 'model' entry)")
+    return state
+
+
+def latest_good_checkpoint(directory: Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint of ``directory`` that verifies; damaged newer ones are skipped with a
+    warning. None when there is none at all; an error when there are some but none verifies."""
+    candidates = list_checkpoints(directory)
+    for path in reversed(candidates):
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as error:
+            log.warning("skipping checkpoint %s", error)
+    if candidates:
+        raise CheckpointError(
+            f"{directory}: none of its {len(candidates)} checkpoints verifies; start over with "
+            f"`reproduce train ... --restart` (moves them aside)"
+        )
+    return None
+
+
+# -- before training --------------------------------------------------------------------------------
+def check_room(directory: Path, checkpoint_bytes: int, checkpoints: int) -> None:
+    """Fail before training when ``directory`` is not writable or cannot hold ``checkpoints``
+    more checkpoints of about ``checkpoint_bytes`` each; nothing is left behind."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".probe-"):
+            pass
+    except OSError as error:
+        raise CheckpointError(f"{directory}: not writable ({error.strerror})") from None
+    free = shutil.disk_usage(directory).free
+    needed = checkpoint_bytes * checkpoints
+    if free < needed:
+        raise CheckpointError(
+            f"{directory}: {free / 2**20:.0f} MiB free, but {checkpoints} checkpoints of about "
+            f"{checkpoint_bytes / 2**20:.1f} MiB need {needed / 2**20:.0f} MiB; free space or use another folder"
+        )
 
 
 class CheckpointSchedule:
@@ -56,9 +183,24 @@ class CheckpointSchedule:
 
     def save(self, state: dict, step: int) -> Path:
         path = checkpoint_path(self.directory, step)
-        save_atomically(state, path)
+        save_checkpoint(state, path)
         self.last_save = time.monotonic()
         for old in list_checkpoints(self.directory)[: -self.keep_last]:
-            old.unlink()
+            remove_checkpoint(old)
         log.info("saved %s", path)
         return path
+
+
+def set_aside(variant_dir: Path) -> Path | None:
+    """Move a variant's ``checkpoints/`` and ``train/`` into ``replaced-<UTC time>/`` beside them
+    (a fresh start that deletes nothing); the new folder, or None when there was nothing to move."""
+    present = [variant_dir / name for name in ("checkpoints", "train") if (variant_dir / name).exists()]
+    if not present:
+        return None
+    destination = variant_dir / time.strftime("replaced-%Y%m%dT%H%M%SZ", time.gmtime())
+    destination.mkdir()
+    for folder in present:
+        folder.rename(destination / folder.name)
+    _fsync_directory(variant_dir)
+    log.warning("moved %s aside into %s", ", ".join(folder.name for folder in present), destination)
+    return destination

@@ -9,11 +9,19 @@ logs to MLflow. On Slurm, a job that reaches its time limit or is preempted rece
 and submitit requeues it (:class:`TrainingTask` is ``Checkpointable``): the requeued job resumes
 from the latest checkpoint on disk. The calling process waits for the job to finish, so
 Snakemake sees a single training job.
+
+Rank 0 holds the variant's lock (:mod:`reproduce.training.variant_lock`) for the whole run. A
+stop request ends the run after the current step with a checkpoint
+(:mod:`reproduce.training.interruption`): inline, SIGTERM and SIGINT, and the death of the job
+that started the trainer, after which the process exits with 128 + the signal; under submitit,
+its pre-timeout signal, after which submitit's own handler requeues the job (at most
+``resources.max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,9 +29,12 @@ from typing import Literal
 import submitit
 import torch
 
-from reproduce.config import Experiment, ResolvedVariant
+from reproduce.config import Experiment, ResolvedVariant, trained_settings
 from reproduce.training import distributed
+from reproduce.training.checkpoints import set_aside
+from reproduce.training.interruption import Interruption
 from reproduce.training.trainer import Trainer
+from reproduce.training.variant_lock import VariantLock
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +53,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     results_dir: Path
     threads: int = 1
     stop_after_steps: int | None = None
+    settings: dict | None = None  # what the weights depend on, data and BPE included
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -50,11 +62,21 @@ class TrainingTask(submitit.helpers.Checkpointable):
         torch.set_num_threads(self.threads)
         distributed.initialise()
         try:
-            return self._train()
+            if distributed.rank() != 0:
+                return self._train(Interruption())
+            with VariantLock(self.output_dir), self._interruption() as interruption:
+                return self._train(interruption)
         finally:
             distributed.shutdown()
 
-    def _train(self) -> dict | None:
+    def _interruption(self):
+        """Inline: SIGTERM/SIGINT and the parents' death stop the run; under submitit, its
+        pre-timeout signal (SIGTERM is submitit's to ignore: Slurm sends it on requeue)."""
+        if _inside_submitit():
+            return Interruption().watching((_pre_timeout_signal(),), parents=False)
+        return Interruption().watching((signal.SIGTERM, signal.SIGINT), parents=True)
+
+    def _train(self, interruption: Interruption) -> dict | None:
         run = None
         if distributed.rank() == 0:
             from reproduce.tracking import flat_params, start_variant_run
@@ -63,7 +85,8 @@ class TrainingTask(submitit.helpers.Checkpointable):
                                     self.variant.table3_row, self.output_dir / "checkpoints")
             run.log_params(flat_params(self.variant, self.dataset) | {"world_size": distributed.world_size()})
         trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
-                          on_metrics=run.log_metrics if run else None)
+                          on_metrics=run.log_metrics if run else None, settings=self.settings,
+                          interruption=interruption)
         if run is not None:
             run.log_params({"parameters": trainer.model.num_parameters()})
         summary = trainer.run(stop_after_steps=self.stop_after_steps)
@@ -73,7 +96,25 @@ class TrainingTask(submitit.helpers.Checkpointable):
             run.log_artifact(trainer.train_dir / "summary.json", "train")
             run.log_artifact(trainer.metrics_path, "train")
             run.finish()
+        if summary is None and interruption.reason is not None:
+            if run is not None:
+                run.client.set_terminated(run.run_id, "KILLED")
+            _exit_interrupted(interruption, trainer.step)
         return summary
+
+
+def _pre_timeout_signal() -> int:
+    return getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
+
+
+def _exit_interrupted(interruption: Interruption, step: int) -> None:
+    """After the stop checkpoint: under submitit, hand the pre-timeout signal to submitit's
+    handler (requeue; a no-op on ranks > 0); inline, exit with 128 + the signal."""
+    log.warning("training stopped at step %d (%s); its checkpoint resumes it", step, interruption.reason)
+    if _inside_submitit():
+        interruption.pass_on()
+        return
+    raise SystemExit(128 + (interruption.signal or signal.SIGTERM))
 
 
 def _inside_submitit() -> bool:
@@ -115,14 +156,23 @@ def launch_training(
     tasks: int = 1,
     threads: int = 1,
     stop_after_steps: int | None = None,
+    restart: bool = False,
 ) -> dict | None:
+    """Train ``variant``; with ``restart``, its checkpoints and train/ are first moved aside
+    (:func:`reproduce.training.checkpoints.set_aside`), so that training starts from step 0."""
     _check_partition(variant, launcher, tasks)
+    if restart:
+        with VariantLock(output_dir):
+            set_aside(output_dir)
     task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
-                        output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps)
+                        output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
+                        trained_settings(variant, experiment))
     if launcher == "inline":
         return task()
-    executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher)
     resources = variant.resources
+    # Requeues after a time limit, counted by submitit (the local executor ignores it).
+    executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
+                                     slurm_max_num_timeout=resources.max_requeues)
     if launcher == "local":
         executor.update_parameters(tasks_per_node=tasks, timeout_min=resources.time_minutes)
     else:

@@ -9,6 +9,13 @@ is scaled by the world size; powers of two make that exact). Dropout noise is re
 (seed, rank, step) at every step, so a resumed run replays exactly the randomness an
 uninterrupted run would have drawn. Every step's exact FLOPs (:mod:`reproduce.model.flops`) are
 counted from its pairs' lengths, for throughput and MFU.
+
+A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training.checkpoints`),
+and only if that checkpoint was trained with the same settings
+(:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
+``steps`` continues a run, anything else is refused with the differing keys named. A stop request
+(:class:`reproduce.training.interruption.Interruption`: SIGTERM, Slurm's pre-timeout signal, the
+parent's death) ends the run after the current step, with a checkpoint of that step.
 """
 
 from __future__ import annotations
@@ -28,13 +35,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from reproduce.config import ResolvedVariant
+from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.flops import TransformerFlops, peak_flops
 from reproduce.model.transformer import Transformer
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
-from reproduce.training.checkpoints import CheckpointSchedule, list_checkpoints, save_atomically
+from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
+                                            save_checkpoint)
+from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.schedule import learning_rate
@@ -44,14 +53,27 @@ log = logging.getLogger(__name__)
 MetricsCallback = Callable[[dict, int], None]
 
 
+RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves checkpoints/ "
+                "and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
+
+
+class SettingsMismatchError(ValueError):
+    """A checkpoint was trained with other settings than the variant now has."""
+
+
 def _seed_step(seed: int, rank: int, step: int) -> None:
     torch.manual_seed((seed * 1_000_003 + rank * 7_919 + step) % 2**63)
 
 
 class Trainer:
     def __init__(self, variant: ResolvedVariant, dataset: str, train_dir: Path, dev_dir: Path,
-                 output_dir: Path, on_metrics: MetricsCallback | None = None):
+                 output_dir: Path, on_metrics: MetricsCallback | None = None,
+                 settings: dict | None = None, interruption: Interruption | None = None):
+        """``settings``: what the weights depend on (:func:`reproduce.config.trained_settings`;
+        the launcher passes the experiment's data and BPE settings too)."""
         self.variant, self.dataset = variant, dataset
+        self.settings = settings if settings is not None else trained_settings(variant)
+        self.interruption = interruption or Interruption()
         self.config, self.training = variant.model, variant.training
         self.output_dir = output_dir
         self.checkpoint_dir = output_dir / "checkpoints"
@@ -101,28 +123,48 @@ class Trainer:
             "stream_position": vars(self.stream.position).copy(),
             "totals": dict(self.totals),
             "last_losses": {"train": self.last_train_loss, "dev": self.last_dev_loss},
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-            "model_config": self.config.model_dump(),
-            "vocab_size": self.vocab_size,
+            "rng": _rng_states(),
+            **self._identity(),
         }
 
+    def _identity(self) -> dict:
+        """What rebuilds the model and tells which settings trained it."""
+        return {"model_config": self.config.model_dump(mode="json"), "vocab_size": self.vocab_size,
+                "settings": self.settings, "fingerprint": fingerprint(self.settings)}
+
     def _resume(self) -> None:
-        checkpoints = list_checkpoints(self.checkpoint_dir)
-        if not checkpoints:
+        found = latest_good_checkpoint(self.checkpoint_dir)
+        if found is None:
             return
-        state = torch.load(checkpoints[-1], map_location=self.device, weights_only=False)
+        path, state = found
+        self._check_resumable(path, state)
+        # Loaded on the CPU (the RNG states must stay CPU tensors); parameters and optimizer
+        # moments are copied onto the model's device by load_state_dict.
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = state["step"]
         self.stream.seek(StreamPosition(**state["stream_position"]))
         self.totals = state["totals"]
         self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        _restore_rng_states(state["rng"])
         if self.rank == 0:
             self._truncate_metrics_after(self.step)
-        log.info("resumed from %s at step %d", checkpoints[-1], self.step)
+        log.info("resumed from %s at step %d", path, self.step)
+
+    def _check_resumable(self, path: Path, state: dict) -> None:
+        hint = RESTART_HINT.format(folder=self.output_dir)
+        recorded = state.get("settings")
+        if recorded is None:
+            raise SettingsMismatchError(f"{path}: records no training settings (written by an older "
+                                        f"version); {hint}")
+        if recorded != self.settings:
+            differences = "; ".join(differing_settings(recorded, self.settings))
+            raise SettingsMismatchError(f"{path}: trained with other settings than variant "
+                                        f"{self.variant.name} now has ({differences}); {hint}")
+        if state["step"] > self.training.steps:
+            raise SettingsMismatchError(
+                f"{path}: already at step {state['step']}, beyond training.steps = "
+                f"{self.training.steps}; only raising steps continues a run; {hint}")
 
     # -- metrics --------------------------------------------------------------------------------
     @property
@@ -133,7 +175,9 @@ class Trainer:
         if self.metrics_path.exists():
             kept = [line for line in self.metrics_path.read_text().splitlines()
                     if line and json.loads(line)["step"] <= step]
-            self.metrics_path.write_text("".join(line + "\n" for line in kept))
+            temporary = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
+            temporary.write_text("".join(line + "\n" for line in kept))
+            temporary.replace(self.metrics_path)
 
     def _record(self, metrics: dict) -> None:
         if self.rank != 0:
@@ -192,9 +236,28 @@ class Trainer:
         self.last_dev_loss = total / tokens
         self._record({"dev_loss": self.last_dev_loss, "dev_perplexity": math.exp(self.last_dev_loss)})
 
+    def checkpoint_bytes(self) -> int:
+        """About the size of one checkpoint: the parameters and Adam's two moments."""
+        return 3 * sum(p.numel() * p.element_size() for p in self.parameters) + 2**20
+
+    def _stop_requested(self) -> bool:
+        """Whether any rank was asked to stop (all ranks agree, so they stop at the same step)."""
+        requested = self.interruption.pending() is not None
+        if self.world == 1:
+            return requested
+        flag = torch.tensor([float(requested)], device=self.device)
+        distributed.all_reduce_sum(flag)
+        if flag.item() > 0:
+            self.interruption.request("another rank was asked to stop")
+            return True
+        return False
+
     def run(self, stop_after_steps: int | None = None) -> dict | None:
-        """Train to ``training.steps`` (or stop early, checkpointed, after ``stop_after_steps``)."""
+        """Train to ``training.steps``, or stop early, checkpointed, after ``stop_after_steps`` or
+        at the end of the step during which a stop was requested (then ``None`` is returned)."""
         t = self.training
+        if self.rank == 0:  # the run keeps keep_last checkpoints, writes one more, and final.pt
+            check_room(self.checkpoint_dir, self.checkpoint_bytes(), t.checkpoints.keep_last + 2)
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
                         disable=self.rank != 0 or not sys.stderr.isatty())
@@ -226,8 +289,12 @@ class Trainer:
                 if self.rank == 0:
                     log.info("step %d dev loss %.4f ppl %.3f", self.step, self.last_dev_loss,
                              math.exp(self.last_dev_loss))
-            if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step):
+            stopping = self._stop_requested()
+            if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step or stopping):
                 self.schedule.save(self.state(), self.step)
+            if stopping:
+                log.warning("stopped after step %d (%s); checkpoint saved", self.step, self.interruption.reason)
+                break
         progress.close()
         if self.step < t.steps or self.rank != 0:
             return None
@@ -250,8 +317,8 @@ class Trainer:
                 **({"mfu": flops_per_second / peak} if peak else {})}
 
     def _finish(self) -> dict:
-        save_atomically({"model": self.model.state_dict(), "model_config": self.config.model_dump(),
-                         "vocab_size": self.vocab_size, "step": self.step}, self.train_dir / "final.pt")
+        save_checkpoint({"model": self.model.state_dict(), "step": self.step, **self._identity()},
+                        self.train_dir / "final.pt")
         on_gpu = self.device.type == "cuda"
         totals, steps, peak = self.totals, max(self.step, 1), self._peak_flops()
         seconds = max(totals["wall_seconds"], 1e-9)
@@ -280,3 +347,31 @@ class Trainer:
         temporary.write_text(json.dumps(summary, indent=2) + "\n")
         temporary.replace(self.train_dir / "summary.json")
         return summary
+
+
+def _rng_states() -> dict:
+    """Every random generator's state as tensors and plain values (weights_only-loadable)."""
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    version, python_state, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "python": {"version": version, "state": list(python_state), "gauss_next": gauss_next},
+    }
+
+
+def _restore_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])  # a CPU ByteTensor: checkpoints are loaded on the CPU
+    if states["cuda"] and torch.cuda.is_available():
+        if len(states["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(states["cuda"])
+        else:
+            log.warning("checkpoint holds %d CUDA RNG states, this machine has %d devices: not restored",
+                        len(states["cuda"]), torch.cuda.device_count())
+    numpy = states["numpy"]
+    np.random.set_state((numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
+                         numpy["has_gauss"], numpy["cached_gaussian"]))
+    python = states["python"]
+    random.setstate((python["version"], tuple(python["state"]), python["gauss_next"]))

@@ -1,4 +1,16 @@
-"""Download -> extract and clean -> shared sentencepiece BPE -> binarized token ids."""
+"""Download -> extract and clean -> shared sentencepiece BPE -> binarized token ids.
+
+The settings a step reads from the experiment file are its params, so that editing them replans
+that step and what follows (rerun-triggers params)."""
+
+import json
+
+
+def split_settings(dataset, split):
+    data = EXPERIMENTS[dataset].data
+    sources = [source.model_dump(mode="json") for source in getattr(data, split)]
+    return json.dumps({"sources": sources, "cleaning": data.cleaning.model_dump(mode="json")}, sort_keys=True)
+
 
 
 rule download:
@@ -24,6 +36,7 @@ rule prepare:
         report=f"{RESULTS}/{{dataset}}/data/{{split}}.report.json",
     params:
         experiment=experiment_file,
+        settings=lambda wildcards: split_settings(wildcards.dataset, wildcards.split),
     log:
         f"{RESULTS}/logs/{{dataset}}/prepare_{{split}}.log",
     shell:
@@ -40,6 +53,7 @@ rule train_bpe:
         vocab=f"{RESULTS}/{{dataset}}/bpe/spm.vocab",
     params:
         experiment=experiment_file,
+        settings=lambda wildcards: EXPERIMENTS[wildcards.dataset].bpe.model_dump_json(),
     threads: 16  # capped to --cores when run locally
     log:
         f"{RESULTS}/logs/{{dataset}}/train_bpe.log",

@@ -21,6 +21,9 @@ rule decode:
         f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{checkpoint}}.txt",
     params:
         experiment=experiment_file,
+        decoding=lambda wildcards: EXPERIMENTS[wildcards.dataset]
+        .variant(wildcards.variant)
+        .decoding.model_dump_json(),  # an edited beam size or penalty replans decoding
     threads: config["training"].get("threads", 1)
     log:
         f"{RESULTS}/logs/{{dataset}}/decode_{{variant}}_{{evaluated_split}}_{{checkpoint}}.log",

@@ -1,5 +1,19 @@
 """Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints."""
 
+from reproduce.config import fingerprint, trained_settings
+
+
+def training_fingerprint(wildcards):
+    """Digest of what the variant's weights depend on: a changed value replans this variant's
+    training and what follows it, and nothing else (rerun-triggers params)."""
+    experiment = EXPERIMENTS[wildcards.dataset]
+    return fingerprint(trained_settings(experiment.variant(wildcards.variant), experiment))
+
+
+def training_steps(wildcards):
+    return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
+
+
 
 rule train:
     # With the slurm launcher this rule runs where snakemake runs: it submits the training job
@@ -15,6 +29,8 @@ rule train:
         experiment=experiment_file,
         launcher=config["training"]["launcher"],
         tasks=config["training"].get("tasks", 1),
+        fingerprint=training_fingerprint,
+        steps=training_steps,  # raising steps continues the run from its last checkpoint
     threads: config["training"].get("threads", 1)
     log:
         f"{RESULTS}/logs/{{dataset}}/train_{{variant}}.log",
