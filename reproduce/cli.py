@@ -115,10 +115,10 @@ def cmd_init_tracking(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from reproduce.training.launch import launch_training
-
     experiment = _experiment(args)
     variant = _variant(experiment, args)
+    from reproduce.training.launch import launch_training
+
     _set_threads(args.threads)
     launch_training(
         experiment=experiment,
@@ -143,26 +143,26 @@ def cmd_average(args: argparse.Namespace) -> None:
 # Evaluation
 # ------------------------------------------------------------------------------------------------
 def cmd_decode(args: argparse.Namespace) -> None:
+    decoding = _variant(_experiment(args), args).decoding
     from reproduce.decoding.translate import translate_file
 
-    experiment = _experiment(args)
     _set_threads(args.threads)
     translate_file(
         checkpoint=Path(args.checkpoint),
         spm_model=Path(args.spm_model),
         source=Path(args.source),
         out=Path(args.out),
-        decoding=_variant(experiment, args).decoding,
+        decoding=decoding,
     )
 
 
 def cmd_score(args: argparse.Namespace) -> None:
+    experiment = _experiment(args)
+    _variant(experiment, args)
     from reproduce.scoring.bleu import score_translations
     from reproduce.scoring.perplexity import checkpoint_perplexity
     from reproduce.tracking import find_variant_run
 
-    experiment = _experiment(args)
-    _variant(experiment, args)
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
@@ -399,7 +399,8 @@ def _parser() -> argparse.ArgumentParser:
 # another model); other RuntimeErrors are bugs and keep their traceback.
 _CHECKPOINT_LOAD_FAILURES = (EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
 _CHECKPOINT_RUNTIME_ERRORS = (
-    "PytorchStreamReader", "Error(s) in loading state_dict", "size mismatch", "must match the size",
+    "PytorchStreamReader", "inline_container", "Error(s) in loading state_dict", "size mismatch",
+    "must match the size",
 )
 
 

@@ -44,6 +44,9 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
     ``hard_vocab_limit=False`` lets a small corpus (the tiny default) end with fewer pieces than
     asked instead of failing; the size actually reached is logged.
     """
+    for path in (train_src, train_tgt):
+        if path.stat().st_size == 0:
+            raise ReproduceError(f"{path}: empty; the vocabulary is trained on the prepared train split")
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
     sentencepiece.set_random_generator_seed(config.seed)

@@ -27,7 +27,7 @@ from typing import Iterator
 
 from reproduce.config import Cleaning, Source
 from reproduce.data.archives import extract_member
-from reproduce.data.download import file_name
+from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.text import iter_lines
 from reproduce.errors import ReproduceError
@@ -105,7 +105,7 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
 
 def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
     if not archive.exists():
-        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {source.url})")
+        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
     if source.format == "tsv":
         path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
         yield from _read_tsv(path, source, _label(archive, source.source_member))
