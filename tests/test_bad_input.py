@@ -65,8 +65,6 @@ class World:
     mixed_checkpoints: Path
     encoded: Path
     text: Path
-    url: str
-    no_length_url: str
 
 
 def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int) -> Path:
@@ -114,7 +112,7 @@ def world(tmp_path_factory):
         ]})
         yield World(root=root, experiment=experiment, spm=spm, other_spm=other,
                     checkpoint=_checkpoint(root / "model.pt", 120, 16, 10), mixed_checkpoints=mixed,
-                    encoded=root / "encoded", text=root / "train.src", url=url, no_length_url=bare)
+                    encoded=root / "encoded", text=root / "train.src")
 
 
 def _prepare_world(world: World, name: str, members: dict[str, bytes]) -> tuple[Path, Path]:
@@ -184,12 +182,18 @@ def _average(world: World, last: str, folder: Path | None = None) -> list:
             "--out", world.root / "averaged.pt"]
 
 
-def _score(world: World) -> list:
+def _score(world: World, hypotheses: int = 3, encoded: Path | None = None) -> list:
     return ["--experiment", world.experiment, "--variant", "base", "--split", "dev",
-            "--checkpoint-name", "last", "--translations", _lines(world, "hyp.txt", 3),
+            "--checkpoint-name", "last", "--translations", _lines(world, "hyp.txt", hypotheses),
             "--reference", _lines(world, "ref.txt", 4), "--checkpoint", world.checkpoint,
-            "--encoded", world.encoded, "--results", world.root / "results",
+            "--encoded", encoded or world.encoded, "--results", world.root / "results",
             "--out", world.root / "scores.json"]
+
+
+def _encoded_with_vocabulary(world: World, vocab_size: int) -> Path:
+    path = world.root / f"encoded-{vocab_size}"
+    write_encoded(path, vocab_size, [([5, 6], [7, 8])])
+    return path
 
 
 def _bad_experiment(world: World, edit) -> Path:
@@ -251,6 +255,9 @@ CASES = [
     ("average-more-than-kept", "average", lambda w: _average(w, "5"), ["mixed", "2 checkpoints", "asks for 5"]),
     ("make-tiny-corpus-positional", "make-tiny-corpus", lambda w: [w.root / "t.tgz"], ["--out"]),
     ("score-line-counts-differ", "score", _score, ["hyp.txt has 3 lines", "ref.txt has 4"]),
+    ("score-encoded-vocabulary-mismatch", "score",
+     lambda w: _score(w, hypotheses=4, encoded=_encoded_with_vocabulary(w, 90)),
+     ["encoded-90", "vocabulary of 90", "one of 120"]),
     # Experiment files
     ("experiment-missing", "decode", lambda w: _decode(w, **{"--experiment": w.root / "none.yaml"}),
      ["none.yaml", "cannot read"]),
