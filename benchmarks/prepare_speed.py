@@ -22,6 +22,7 @@ import sentencepiece
 
 from reproduce.config import BpeConfig, Cleaning, Source
 from reproduce.data.bpe import encode_split, train_sentencepiece
+from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
 
 
@@ -60,6 +61,7 @@ def main() -> None:
         make_archive(folder, args.pairs, args.seed)
         source = Source(name="synthetic", url="file:corpus.tgz", source_member="training/corpus.de-en.en",
                         target_member="training/corpus.de-en.de")
+        (folder / "corpus.tgz").replace(folder / file_name(source))  # where `download` puts it
         timings = {}
         started = time.perf_counter()
         report = prepare_split([source], "train", folder, folder / "data", Cleaning())

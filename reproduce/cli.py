@@ -2,23 +2,42 @@
 
 Each command takes explicit input and output paths, so that the Snakemake rules (and users) call
 the stages one by one. Heavy imports happen inside the commands to keep ``--help`` fast.
+
+Every expected error (bad input, refused operation) ends the command with one line
+``reproduce <command>: error: ...`` naming the file or field and a non-zero exit status; the
+traceback is shown only with ``--verbose``. Arguments are checked by their argparse types before
+any work starts; errors raised later are mapped to that line in one place, :func:`main`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
+import pickle
 import sys
+import traceback
+import zipfile
 from pathlib import Path
 
-from reproduce.config import ConfigError, Experiment, load_experiment
+from reproduce.config import ConfigError, Experiment, ResolvedVariant, load_experiment
+from reproduce.errors import ReproduceError
 
 log = logging.getLogger("reproduce")
 
 
 def _experiment(args: argparse.Namespace) -> Experiment:
     return load_experiment(args.experiment)
+
+
+def _variant(experiment: Experiment, args: argparse.Namespace) -> ResolvedVariant:
+    if args.variant not in experiment.variants:
+        raise ConfigError(
+            f"--variant {args.variant!r}: not a variant of {args.experiment}; "
+            f"known: {', '.join(experiment.variants)}"
+        )
+    return experiment.variant(args.variant)
 
 
 def _write_json(path: Path, payload: dict) -> None:
@@ -61,6 +80,7 @@ def cmd_prepare(args: argparse.Namespace) -> None:
         download_dir=Path(args.downloads),
         out_dir=Path(args.out_dir),
         cleaning=experiment.data.cleaning,
+        min_pairs=experiment.data.min_pairs,
     )
 
 
@@ -95,10 +115,10 @@ def cmd_init_tracking(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    experiment = _experiment(args)
+    variant = _variant(experiment, args)
     from reproduce.training.launch import launch_training
 
-    experiment = _experiment(args)
-    variant = experiment.variant(args.variant)
     _set_threads(args.threads)
     launch_training(
         experiment=experiment,
@@ -124,11 +144,11 @@ def cmd_average(args: argparse.Namespace) -> None:
 # Evaluation
 # ------------------------------------------------------------------------------------------------
 def cmd_decode(args: argparse.Namespace) -> None:
+    experiment = _experiment(args)
+    variant = _variant(experiment, args)
     from reproduce.config import trained_settings
     from reproduce.decoding.translate import translate_file
 
-    experiment = _experiment(args)
-    variant = experiment.variant(args.variant)
     _set_threads(args.threads)
     translate_file(
         checkpoint=Path(args.checkpoint),
@@ -141,11 +161,12 @@ def cmd_decode(args: argparse.Namespace) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> None:
+    experiment = _experiment(args)
+    _variant(experiment, args)
     from reproduce.scoring.bleu import score_translations
     from reproduce.scoring.perplexity import checkpoint_perplexity
     from reproduce.tracking import find_variant_run
 
-    experiment = _experiment(args)
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
@@ -194,11 +215,68 @@ def cmd_tables(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# Arguments
+# ------------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are the same single line as every other expected error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: is a directory, expected a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path}: no such file")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path}: no such directory")
+    return path
+
+
+def checkpoint_file(text: str) -> Path:
+    """A file in torch's checkpoint format (a zip archive): a truncated or empty one is refused
+    here, before any model is built."""
+    path = existing_file(text)
+    if not zipfile.is_zipfile(path):
+        raise argparse.ArgumentTypeError(
+            f"{path}: not a readable checkpoint ({path.stat().st_size} bytes, no zip directory: "
+            f"truncated or not written by torch.save)"
+        )
+    return path
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("reproduce")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (package not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="reproduce", description="Reproduce 'Attention Is All You Need', stage by stage."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and the traceback of any error")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                        help="print the package version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, handler, help):
@@ -209,88 +287,163 @@ def _parser() -> argparse.ArgumentParser:
     def needs_experiment(sub):
         sub.add_argument("--experiment", required=True, help="experiment file (configs/*.yaml)")
 
+    def needs_threads(sub):
+        sub.add_argument("--threads", type=positive_int, default=1,
+                         help="CPU threads per process (default 1)")
+
+    def needs_variant(sub, help="the variant's name in the experiment file"):
+        sub.add_argument("--variant", required=True, help=help)
+
     sub = command("download", cmd_download, "download one source of an experiment")
     needs_experiment(sub)
-    sub.add_argument("--split", required=True, choices=["train", "dev", "test"])
+    sub.add_argument("--split", required=True, choices=["train", "dev", "test"],
+                     help="the split that lists the source")
     sub.add_argument("--source", required=True, help="the source's name in the experiment")
-    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--out-dir", required=True, help="folder of downloads")
 
     sub = command("prepare", cmd_prepare, "extract, normalise and clean one split")
     needs_experiment(sub)
-    sub.add_argument("--split", required=True, choices=["train", "dev", "test"])
-    sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
-    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--split", required=True, choices=["train", "dev", "test"],
+                     help="the split to prepare")
+    sub.add_argument("--downloads", required=True, type=existing_dir,
+                     help="folder of downloaded archives")
+    sub.add_argument("--out-dir", required=True, help="folder for <split>.src/.tgt/.report.json")
 
     sub = command("train-bpe", cmd_train_bpe, "train the shared sentencepiece BPE model")
     needs_experiment(sub)
-    sub.add_argument("--source", required=True)
-    sub.add_argument("--target", required=True)
-    sub.add_argument("--model-prefix", required=True)
+    sub.add_argument("--source", required=True, type=existing_file,
+                     help="prepared source side of the train split")
+    sub.add_argument("--target", required=True, type=existing_file,
+                     help="prepared target side of the train split")
+    sub.add_argument("--model-prefix", required=True,
+                     help="writes <prefix>.model and <prefix>.vocab")
 
     sub = command("encode", cmd_encode, "encode a split into binarized token ids")
-    sub.add_argument("--spm-model", required=True)
-    sub.add_argument("--source", required=True)
-    sub.add_argument("--target", required=True)
-    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--spm-model", required=True, type=existing_file,
+                     help="sentencepiece model (spm.model)")
+    sub.add_argument("--source", required=True, type=existing_file, help="prepared source side")
+    sub.add_argument("--target", required=True, type=existing_file, help="prepared target side")
+    sub.add_argument("--out-dir", required=True, help="folder of the encoded split")
 
     sub = command("make-tiny-corpus", cmd_make_tiny_corpus, "regenerate the tiny corpus archive")
-    sub.add_argument("out", help="the .tgz to write (configs/data/tiny_corpus.tgz)")
+    sub.add_argument("--out", required=True,
+                     help="the .tgz to write (configs/data/tiny_corpus.tgz)")
 
     sub = command("init-tracking", cmd_init_tracking, "create the MLflow store")
-    sub.add_argument("--results", required=True)
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
 
     sub = command("train", cmd_train, "train one variant (resumes from its checkpoints)")
     needs_experiment(sub)
-    sub.add_argument("--variant", required=True)
-    sub.add_argument("--train-data", required=True, help="encoded train split")
-    sub.add_argument("--dev-data", required=True, help="encoded dev split")
+    needs_variant(sub)
+    sub.add_argument("--train-data", required=True, type=existing_dir, help="encoded train split")
+    sub.add_argument("--dev-data", required=True, type=existing_dir, help="encoded dev split")
     sub.add_argument("--out-dir", required=True, help="the variant's folder")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
-    sub.add_argument("--launcher", choices=["inline", "local", "slurm"], default="inline")
-    sub.add_argument("--tasks", type=int, default=1, help="processes for the local launcher")
-    sub.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    sub.add_argument("--launcher", choices=["inline", "local", "slurm"], default="inline",
+                     help="run in this process, in local processes, or as a Slurm job via submitit")
+    sub.add_argument("--tasks", type=positive_int, default=1,
+                     help="processes for the local launcher (default 1)")
+    needs_threads(sub)
     sub.add_argument("--restart", action="store_true",
                      help="start from step 0: move checkpoints/ and train/ aside into replaced-<time>/")
 
     sub = command("average", cmd_average, "average the last K checkpoints")
-    sub.add_argument("--checkpoint-dir", required=True)
-    sub.add_argument("--last", type=int, required=True)
-    sub.add_argument("--out", required=True)
+    sub.add_argument("--checkpoint-dir", required=True, type=existing_dir,
+                     help="folder of step_*.pt checkpoints")
+    sub.add_argument("--last", type=positive_int, required=True,
+                     help="how many of the latest checkpoints to average")
+    sub.add_argument("--out", required=True, help="the averaged checkpoint to write")
 
     sub = command("decode", cmd_decode, "beam-search translation of a source file")
     needs_experiment(sub)
-    sub.add_argument("--variant", required=True, help="variant whose decoding settings apply")
-    sub.add_argument("--checkpoint", required=True)
-    sub.add_argument("--spm-model", required=True)
-    sub.add_argument("--source", required=True, help="one sentence per line")
-    sub.add_argument("--out", required=True)
-    sub.add_argument("--threads", type=int, default=1)
+    needs_variant(sub, help="variant whose decoding settings apply")
+    sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                     help="checkpoint to translate with (final.pt or averaged.pt)")
+    sub.add_argument("--spm-model", required=True, type=existing_file,
+                     help="sentencepiece model of the checkpoint's dataset")
+    sub.add_argument("--source", required=True, type=existing_file,
+                     help="UTF-8 text, one sentence per line")
+    sub.add_argument("--out", required=True, help="translations, one line per source line")
+    needs_threads(sub)
 
     sub = command("score", cmd_score, "BLEU (sacreBLEU and tokenized) and perplexity")
     needs_experiment(sub)
-    sub.add_argument("--variant", required=True)
-    sub.add_argument("--split", required=True, choices=["dev", "test"])
-    sub.add_argument("--checkpoint-name", required=True, choices=["last", "averaged"])
-    sub.add_argument("--translations", required=True)
-    sub.add_argument("--reference", required=True)
-    sub.add_argument("--checkpoint", required=True)
-    sub.add_argument("--encoded", required=True, help="encoded split for perplexity")
-    sub.add_argument("--results", required=True)
-    sub.add_argument("--out", required=True)
-    sub.add_argument("--threads", type=int, default=1)
+    needs_variant(sub)
+    sub.add_argument("--split", required=True, choices=["dev", "test"], help="the split scored")
+    sub.add_argument("--checkpoint-name", required=True, choices=["last", "averaged"],
+                     help="which checkpoint the translations came from")
+    sub.add_argument("--translations", required=True, type=existing_file,
+                     help="hypotheses, one per line")
+    sub.add_argument("--reference", required=True, type=existing_file,
+                     help="references, one per line")
+    sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                     help="checkpoint whose perplexity is measured")
+    sub.add_argument("--encoded", required=True, type=existing_dir,
+                     help="encoded split for perplexity")
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
+    sub.add_argument("--out", required=True, help="scores JSON to write")
+    needs_threads(sub)
 
     sub = command("summarize", cmd_summarize, "merge a variant's dev and test scores")
-    sub.add_argument("--dataset", required=True)
-    sub.add_argument("--variant", required=True)
-    sub.add_argument("--dev", required=True)
-    sub.add_argument("--test", required=True)
-    sub.add_argument("--out", required=True)
+    sub.add_argument("--dataset", required=True, help="the experiment's name")
+    needs_variant(sub)
+    sub.add_argument("--dev", required=True, type=existing_file, help="dev scores JSON")
+    sub.add_argument("--test", required=True, type=existing_file, help="test scores JSON")
+    sub.add_argument("--out", required=True, help="summary JSON to write")
 
     sub = command("tables", cmd_tables, "render Tables 2 and 3 from whatever has finished")
     needs_experiment(sub)
-    sub.add_argument("--results", required=True)
-    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--results", required=True, help="results root")
+    sub.add_argument("--out-dir", required=True, help="folder for the tables and plots")
     return parser
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------
+# What torch and pickle raise for a checkpoint that cannot be loaded (damaged, foreign, or from
+# another model); other RuntimeErrors are bugs and keep their traceback.
+_CHECKPOINT_LOAD_FAILURES = (EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
+_CHECKPOINT_RUNTIME_ERRORS = (
+    "PytorchStreamReader", "inline_container", "Error(s) in loading state_dict", "size mismatch",
+    "must match the size",
+)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _checkpoint_argument(args: argparse.Namespace) -> str | None:
+    """The option naming the checkpoint(s) a command loads, as shown in errors."""
+    for option, attribute in (("--checkpoint", "checkpoint"), ("--checkpoint-dir", "checkpoint_dir")):
+        if getattr(args, attribute, None) is not None:
+            return f"{option} {getattr(args, attribute)}"
+    if args.command == "train":
+        return f"checkpoints in {Path(args.out_dir) / 'checkpoints'}"
+    return None
+
+
+def expected_error_message(error: BaseException, args: argparse.Namespace) -> str | None:
+    """The one-line message of an expected error, or None for a bug (which keeps its traceback)."""
+    if isinstance(error, (ReproduceError, ValueError)):
+        return _one_line(str(error))
+    if isinstance(error, OSError):
+        if error.filename is not None:
+            return _one_line(f"{error.filename}: {error.strerror or error}")
+        return _one_line(str(error))
+    checkpoint = _checkpoint_argument(args)
+    if checkpoint is None:
+        return None
+    is_load_failure = isinstance(error, _CHECKPOINT_LOAD_FAILURES) or (
+        isinstance(error, RuntimeError)
+        and any(text in str(error) for text in _CHECKPOINT_RUNTIME_ERRORS)
+    )
+    if not is_load_failure:
+        return None
+    detail = [line.strip() for line in str(error).splitlines() if line.strip()][:2]
+    return _one_line(f"{checkpoint}: cannot use the checkpoint: {type(error).__name__}: "
+                     f"{' '.join(detail) or 'no details'}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,5 +454,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         args.handler(args)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
-        sys.exit(f"reproduce {args.command}: error: {error}")
+    except Exception as error:
+        message = expected_error_message(error, args)
+        if message is None:
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        sys.exit(f"reproduce {args.command}: error: {message}")

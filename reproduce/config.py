@@ -20,8 +20,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from reproduce.errors import ReproduceError
 
-class ConfigError(ValueError):
+
+class ConfigError(ReproduceError, ValueError):
     """A configuration file is missing, unreadable or does not match the schema."""
 
 
@@ -79,9 +81,12 @@ class DataConfig(Strict):
     dev: list[Source] = Field(min_length=1)
     test: list[Source] = Field(min_length=1)
     cleaning: Cleaning = Cleaning()
-    # A folder of pre-downloaded archives (named as the download step names them), for clusters
+    # A folder of pre-downloaded archives (named as the URLs' last path components), for clusters
     # without internet access. Relative paths are relative to the working directory.
     mirror_dir: str | None = None
+    # Fewest sentence pairs a prepared split may hold (after cleaning); fewer stops `prepare`
+    # naming the split and its sources, instead of failing later in BPE or training.
+    min_pairs: int = Field(default=1, gt=0)
 
 
 class BpeConfig(Strict):
@@ -274,7 +279,7 @@ class Experiment(Strict):
     def variant(self, name: str) -> ResolvedVariant:
         """The base hyper-parameters with variant ``name``'s overrides applied."""
         if name not in self.variants:
-            raise KeyError(f"unknown variant {name!r}; known: {', '.join(self.variants)}")
+            raise ConfigError(f"unknown variant {name!r}; known: {', '.join(self.variants)}")
         spec = self.variants[name]
         sections = {}
         for section, schema in (

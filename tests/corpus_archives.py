@@ -8,10 +8,13 @@ from pathlib import Path
 
 
 def write_tgz(path: Path, members: dict[str, str]) -> Path:
+    return write_tgz_bytes(path, {name: text.encode("utf-8") for name, text in members.items()})
+
+
+def write_tgz_bytes(path: Path, members: dict[str, bytes]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as archive:
-        for name, text in members.items():
-            data = text.encode("utf-8")
+        for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))

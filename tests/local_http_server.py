@@ -1,8 +1,11 @@
-"""A threaded HTTP server on 127.0.0.1 serving a folder, honouring Range requests, recording the
-requests it saw, and able to cut its first response off half way (an interrupted download)."""
+"""A threaded HTTP server on 127.0.0.1 serving a folder, recording the requests it saw, honouring
+Range requests with an ``ETag`` validator and ``If-Range``, and able to misbehave on request:
+cut its first response off half way (an interrupted download), fail the first requests with 503,
+send bodies without ``Content-Length``, or answer a resume with a 206 that starts at byte 0."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from contextlib import contextmanager
 from functools import partial
@@ -16,26 +19,33 @@ class _Handler(SimpleHTTPRequestHandler):
 
     def do_GET(self):
         server = self.server
-        server.seen.append({"path": self.path, "range": self.headers.get("Range")})
+        server.seen.append({"path": self.path, "range": self.headers.get("Range"),
+                            "if_range": self.headers.get("If-Range")})
         if server.failures_left > 0:
             server.failures_left -= 1
             self.send_error(503, "try again")
             return
-        path = Path(self.translate_path(self.path))
+        path = Path(self.translate_path(self.path))  # the query string is ignored
         if not path.is_file():
             self.send_error(404)
             return
         data = path.read_bytes()
+        etag = f'"{hashlib.sha256(data).hexdigest()[:16]}"'
         start = 0
         requested = self.headers.get("Range")
-        if requested and requested.startswith("bytes="):
+        if_range = self.headers.get("If-Range")
+        if requested and requested.startswith("bytes=") and if_range in (None, etag):
             start = int(requested.removeprefix("bytes=").split("-")[0])
+            if server.bad_range_start:  # a broken server: says 206 but sends from byte 0
+                start = 0
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         else:
             self.send_response(200)
         body = data[start:]
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", etag)
+        if not server.no_length:
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if server.truncate_next:
             server.truncate_next = False
@@ -47,10 +57,13 @@ class _Handler(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serving(folder: Path, truncate_first: bool = False, fail_first: int = 0):
-    """Yields (base_url, server); ``server.seen`` lists {"path", "range"} of every request."""
+def serving(folder: Path, truncate_first: bool = False, fail_first: int = 0,
+            no_length: bool = False, bad_range_start: bool = False):
+    """Yields (base_url, server); ``server.seen`` lists {"path", "range", "if_range"} of every
+    request. HTTP/1.0: each response closes its connection, so a body needs no length."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, directory=str(folder)))
     server.seen, server.truncate_next, server.failures_left = [], truncate_first, fail_first
+    server.no_length, server.bad_range_start = no_length, bad_range_start
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

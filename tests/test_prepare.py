@@ -5,9 +5,11 @@ import json
 import pytest
 
 from reproduce.config import Cleaning, ConfigError, Source, load_experiment
-from reproduce.data.prepare import CorpusMismatchError, prepare_split
+from reproduce.data.download import file_name
+from reproduce.data.prepare import CorpusMismatchError, TooFewPairsError, prepare_split
 from reproduce.data.sgm import parse_sgm_text
-from tests.corpus_archives import wmt_like_members, write_tgz
+from reproduce.data.text import UndecodableTextError
+from tests.corpus_archives import wmt_like_members, write_tgz, write_tgz_bytes
 
 
 def test_sgm_segments_entities_and_odd_markup():
@@ -27,16 +29,21 @@ lines</seg >
     ]
 
 
-@pytest.fixture
-def downloads(tmp_path):
-    write_tgz(tmp_path / "downloads" / "europarl.tgz", wmt_like_members())
-    return tmp_path / "downloads"
-
-
 def _source(fmt="text", **members):
     defaults = {"source_member": "training/europarl-v7.de-en.en",
                 "target_member": "training/europarl-v7.de-en.de"}
     return Source(name="europarl", url="file:x/europarl.tgz", format=fmt, **(defaults | members))
+
+
+def _downloaded(folder, members, source=None):
+    """Write ``members`` as the download of ``source`` in ``folder`` (named as `download` names it)."""
+    write_tgz(folder / file_name(source or _source()), members)
+    return folder
+
+
+@pytest.fixture
+def downloads(tmp_path):
+    return _downloaded(tmp_path / "downloads", wmt_like_members())
 
 
 def test_training_pairs_are_cleaned_with_exact_counts(downloads, tmp_path):
@@ -60,7 +67,7 @@ def test_dev_sets_are_read_from_sgm_and_never_filtered(downloads, tmp_path):
 
 
 def test_unicode_is_normalised(tmp_path):
-    write_tgz(tmp_path / "dl" / "europarl.tgz", {
+    _downloaded(tmp_path / "dl", {
         "training/europarl-v7.de-en.en": "ﬁne caf\u0065\u0301\n",
         "training/europarl-v7.de-en.de": "gut\u00a0so Café\n",
     })
@@ -70,7 +77,7 @@ def test_unicode_is_normalised(tmp_path):
 
 
 def test_sides_of_different_length_are_an_error_naming_the_source(tmp_path):
-    write_tgz(tmp_path / "dl" / "europarl.tgz", {
+    _downloaded(tmp_path / "dl", {
         "training/europarl-v7.de-en.en": "a\nb\nc\n", "training/europarl-v7.de-en.de": "x\ny\n",
     })
     with pytest.raises(CorpusMismatchError, match=r"'europarl'.*has 3 sentences.*has 2"):
@@ -79,8 +86,8 @@ def test_sides_of_different_length_are_an_error_naming_the_source(tmp_path):
 
 
 def test_tsv_sources(tmp_path):
-    write_tgz(tmp_path / "dl" / "europarl.tgz", {"corpus.tsv": "one two\teins zwei\nthree\tdrei\n"})
     source = Source(name="europarl", url="file:x/europarl.tgz", format="tsv", source_member="corpus.tsv")
+    _downloaded(tmp_path / "dl", {"corpus.tsv": "one two\teins zwei\nthree\tdrei\n"}, source)
     prepare_split([source], "test", tmp_path / "dl", tmp_path / "data", Cleaning())
     assert (tmp_path / "data/test.tgt").read_text() == "eins zwei\ndrei\n"
 
@@ -101,3 +108,52 @@ variants: {base: {}}
 """)
     with pytest.raises(ConfigError, match=r"experiment\.yaml: data\.train\.0\.format: Input should be 'text', 'sgm' or 'tsv'"):
         load_experiment(config)
+
+
+def test_an_empty_split_fails_naming_the_split_and_its_sources(tmp_path):
+    _downloaded(tmp_path / "dl", {"training/europarl-v7.de-en.en": "", "training/europarl-v7.de-en.de": ""})
+    with pytest.raises(TooFewPairsError, match=r"split train: 0 sentence pairs kept of 0 read from sources europarl"):
+        prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
+    assert not list((tmp_path / "out").iterdir())  # no outputs, no .tmp, no report
+
+
+def test_a_split_below_the_minimum_fails_after_cleaning(downloads, tmp_path):
+    # wmt_like_members keeps 2 of 5 training pairs (see the exact counts above).
+    with pytest.raises(TooFewPairsError, match=r"2 sentence pairs kept of 5 read.*data\.min_pairs = 3"):
+        prepare_split([_source()], "train", downloads, tmp_path / "out", Cleaning(max_length_ratio=1.5), min_pairs=3)
+    report = prepare_split([_source()], "train", downloads, tmp_path / "out", Cleaning(max_length_ratio=1.5), min_pairs=2)
+    assert report["kept"] == 2
+
+
+def test_undecodable_bytes_name_the_member_and_the_line(tmp_path):
+    folder = tmp_path / "dl"
+    folder.mkdir()
+    write_tgz_bytes(folder / file_name(_source()), {
+        "training/europarl-v7.de-en.en": b"one\ntwo\n",
+        "training/europarl-v7.de-en.de": b"eins\nzw\xe4i\n",  # Latin-1, not UTF-8
+    })
+    with pytest.raises(UndecodableTextError, match=r"member training/europarl-v7\.de-en\.de line 2: not UTF-8 \(bytes e4\)"):
+        prepare_split([_source()], "train", folder, tmp_path / "out", Cleaning())
+
+
+def test_undecodable_bytes_in_sgm_name_the_line(tmp_path):
+    source = _source("sgm", source_member="a.sgm", target_member="b.sgm")
+    folder = tmp_path / "dl"
+    folder.mkdir()
+    write_tgz_bytes(folder / file_name(source), {
+        "a.sgm": b'<doc>\n<seg id="1">ok</seg>\n</doc>\n',
+        "b.sgm": b'<doc>\n<seg id="1">\xff</seg>\n</doc>\n',
+    })
+    with pytest.raises(UndecodableTextError, match=r"member b\.sgm line 2: not UTF-8"):
+        prepare_split([source], "dev", folder, tmp_path / "out", Cleaning())
+
+
+def test_only_newline_ends_a_sentence(tmp_path):
+    # \r, form feed and U+2028 inside a sentence neither split it nor shift the pairs.
+    _downloaded(tmp_path / "dl", {
+        "training/europarl-v7.de-en.en": "a\rb\nc\fd\ne\u2028f\n",
+        "training/europarl-v7.de-en.de": "x y\nz w\nu v\n",
+    })
+    report = prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
+    assert report["sources"]["europarl"]["read"] == 3
+    assert (tmp_path / "out/train.src").read_text() == "a b\nc d\ne f\n"

@@ -13,11 +13,29 @@ import sentencepiece
 
 from reproduce.config import BpeConfig
 from reproduce.data.encoded import EncodedCorpusWriter
+from reproduce.data.text import iter_lines
+from reproduce.errors import ReproduceError
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
 
 ENCODE_CHUNK_LINES = 200_000
+
+
+class SentencepieceModelError(ReproduceError):
+    """A sentencepiece model file is missing or unreadable."""
+
+
+def load_sentencepiece(spm_model: Path) -> sentencepiece.SentencePieceProcessor:
+    """The processor of ``spm_model``, or one clear error naming the file."""
+    if not spm_model.is_file():
+        raise SentencepieceModelError(f"{spm_model}: no such sentencepiece model file")
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    except (OSError, RuntimeError) as error:
+        raise SentencepieceModelError(
+            f"{spm_model}: not a sentencepiece model ({str(error).splitlines()[0]})"
+        ) from None
 
 
 def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> Path:
@@ -26,6 +44,9 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
     ``hard_vocab_limit=False`` lets a small corpus (the tiny default) end with fewer pieces than
     asked instead of failing; the size actually reached is logged.
     """
+    for path in (train_src, train_tgt):
+        if path.stat().st_size == 0:
+            raise ReproduceError(f"{path}: empty; the vocabulary is trained on the prepared train split")
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
     sentencepiece.set_random_generator_seed(config.seed)
@@ -53,22 +74,22 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
 
 def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -> None:
     """Encode a split in chunks with all cores into an :mod:`reproduce.data.encoded` directory."""
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    processor = load_sentencepiece(spm_model)
     writer = EncodedCorpusWriter(
         out_dir, processor.vocab_size(),
         {"spm_model_sha256": hashlib.sha256(spm_model.read_bytes()).hexdigest()},
     )
     threads = os.cpu_count() or 1
-    with src_txt.open(encoding="utf-8") as sources, tgt_txt.open(encoding="utf-8") as targets:
-        while True:
-            source_lines = [line.rstrip("\n") for line in islice(sources, ENCODE_CHUNK_LINES)]
-            target_lines = [line.rstrip("\n") for line in islice(targets, ENCODE_CHUNK_LINES)]
-            if len(source_lines) != len(target_lines):
-                raise ValueError(f"{src_txt} and {tgt_txt} do not have the same number of lines")
-            if not source_lines:
-                break
-            writer.write(
-                processor.encode(source_lines, num_threads=threads),
-                processor.encode(target_lines, num_threads=threads),
-            )
+    sources, targets = iter_lines(src_txt), iter_lines(tgt_txt)
+    while True:
+        source_lines = list(islice(sources, ENCODE_CHUNK_LINES))
+        target_lines = list(islice(targets, ENCODE_CHUNK_LINES))
+        if len(source_lines) != len(target_lines):
+            raise ReproduceError(f"{src_txt} and {tgt_txt} do not have the same number of lines")
+        if not source_lines:
+            break
+        writer.write(
+            processor.encode(source_lines, num_threads=threads),
+            processor.encode(target_lines, num_threads=threads),
+        )
     writer.close()

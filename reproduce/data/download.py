@@ -1,5 +1,17 @@
-"""Downloads that survive interruptions: streamed, resumed with HTTP Range, retried with backoff,
-verified against sha256, and renamed into place only when complete.
+"""Downloads that are complete or absent: streamed, resumed with HTTP Range, retried with backoff,
+verified against their length and sha256, and renamed into place only when verified.
+
+* A body is accepted only when its length is known and reached (``Content-Length``, or the total
+  of a ``206``'s ``Content-Range``), or, where the server sends no length, when the declared
+  sha256 matches; without either the download is refused.
+* A download resumes only with ``If-Range`` set to the validator (``ETag`` or
+  ``Last-Modified``) its first response carried, kept in ``<name>.part.validator``, so a file
+  changed on the server since comes back whole instead of being appended to the old start; and
+  the ``206`` must start exactly where the ``.part`` ends, else the download restarts from zero.
+* Each download is keyed by its source (the full URL and the declared sha256), so two sources
+  whose URLs end in the same file name never share a file, and a file is verified against the
+  checksum of the source that asked for it.
+* Query strings (``?token=...``) and credentials never reach file names or logs.
 
 Partial data lives in ``<name>.part``; a file whose checksum does not match is moved aside to
 ``<name>.corrupt`` and never reused. ``file:`` URLs (``file:///abs`` or ``file:relative``) go
@@ -11,30 +23,52 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
+import re
 import shutil
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from tqdm import tqdm
 
 from reproduce.config import Source
+from reproduce.errors import ReproduceError
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
 LOG_EVERY_BYTES = 256 << 20
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_unchecked_sources: set[str] = set()
 
 
-class DownloadError(RuntimeError):
+class DownloadError(ReproduceError):
     """A download failed for good (after retries) or its content is not what was declared."""
 
 
-def file_name(url: str) -> str:
-    """The local name of a download: the URL's last path component."""
-    return url.rstrip("/").rsplit("/", 1)[-1].removeprefix("file:")
+def display_url(url: str) -> str:
+    """``url`` without its query, fragment and credentials: what may appear in logs and errors."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def url_file_name(url: str) -> str:
+    """The URL's last path component without query string: the name of a file in ``mirror_dir``."""
+    path = urllib.parse.urlsplit(url).path if not url.startswith("file:") else url.removeprefix("file:")
+    return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+def file_name(source: Source) -> str:
+    """The local name of ``source``'s download: ``<url file name>.<12 hex digits>``, the digits
+    keyed by the full URL and the declared sha256, so that distinct sources never share a file."""
+    key = hashlib.sha256(f"{source.url}\n{source.sha256 or ''}".encode()).hexdigest()[:12]
+    return f"{url_file_name(source.url)}.{key}"
 
 
 def sha256_of(path: Path) -> str:
@@ -53,34 +87,48 @@ def download_source(
     backoff_seconds: float = 2.0,
 ) -> Path:
     """Fetch ``source.url`` into ``download_dir`` (or take it from ``mirror_dir``) and verify it."""
+    shown = display_url(source.url)
+    if source.sha256 is None and source.url not in _unchecked_sources:
+        _unchecked_sources.add(source.url)
+        log.warning("source %r (%s) declares no sha256: only its length can be verified",
+                    source.name, shown)
     download_dir.mkdir(parents=True, exist_ok=True)
-    target = download_dir / file_name(source.url)
+    target = download_dir / file_name(source)
     if target.exists() and _verified(target, source):
         log.info("%s: already downloaded", target)
         return target
     partial = target.with_name(target.name + ".part")
-    mirrored = mirror_dir / target.name if mirror_dir is not None else None
+    mirrored = mirror_dir / url_file_name(source.url) if mirror_dir is not None else None
+    length_known = True
     if mirrored is not None and mirrored.exists():
         log.info("%s: copying from mirror %s", target, mirrored)
         shutil.copyfile(mirrored, partial)
     elif source.url.startswith("file:"):
         shutil.copyfile(_local_path(source.url), partial)
     else:
-        _fetch_with_retries(source.url, partial, attempts, backoff_seconds)
+        length_known = _fetch_with_retries(source.url, partial, attempts, backoff_seconds)
+    if not length_known and source.sha256 is None:
+        _discard(partial)
+        raise DownloadError(
+            f"{shown}: the server sent no Content-Length and source {source.name!r} declares no "
+            f"sha256, so the download cannot be verified complete; declare its sha256"
+        )
     if not _verified(partial, source):
         corrupt = target.with_name(target.name + ".corrupt")
         partial.replace(corrupt)
+        _validator_path(partial).unlink(missing_ok=True)
         raise DownloadError(
-            f"{source.url}: sha256 mismatch for {target}: expected {source.sha256}, "
+            f"{shown}: sha256 mismatch for {target}: expected {source.sha256}, "
             f"got {sha256_of(corrupt)}; the file was moved aside to {corrupt}"
         )
     partial.replace(target)
+    _validator_path(partial).unlink(missing_ok=True)
     return target
 
 
 def _local_path(url: str) -> Path:
     path = Path(url.removeprefix("file://") if url.startswith("file://") else url.removeprefix("file:"))
-    if not path.exists():
+    if not path.is_file():
         raise DownloadError(f"{url}: no such file {path.resolve()}")
     return path
 
@@ -89,40 +137,57 @@ def _verified(path: Path, source: Source) -> bool:
     return source.sha256 is None or sha256_of(path) == source.sha256
 
 
-def _fetch_with_retries(url: str, partial: Path, attempts: int, backoff_seconds: float) -> None:
+def _fetch_with_retries(url: str, partial: Path, attempts: int, backoff_seconds: float) -> bool:
+    """Fetch until complete; True when the body's length was known and reached."""
+    shown = display_url(url)
     for attempt in range(1, attempts + 1):
         try:
-            _fetch(url, partial)
-            return
-        except (urllib.error.URLError, http.client.HTTPException, OSError, _Truncated) as error:
+            return _fetch(url, partial)
+        except (urllib.error.URLError, http.client.HTTPException, OSError, _Incomplete) as error:
+            reason = _describe(error)
             if isinstance(error, urllib.error.HTTPError) and error.code < 500 and error.code != 429:
-                raise DownloadError(f"{url}: HTTP {error.code} {error.reason}") from None
+                raise DownloadError(f"{shown}: HTTP {error.code} {error.reason}") from None
             if attempt == attempts:
-                raise DownloadError(f"{url}: failed after {attempts} attempts: {error}") from None
+                raise DownloadError(f"{shown}: failed after {attempts} attempts: {reason}") from None
             delay = backoff_seconds * 2 ** (attempt - 1)
-            log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", url, error, delay, attempt, attempts)
+            log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", shown, reason, delay, attempt, attempts)
             time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
-class _Truncated(Exception):
-    """The server closed the connection before sending the announced length."""
+def _describe(error: BaseException) -> str:
+    """An error's text with any URL in it reduced to :func:`display_url`."""
+    return re.sub(r"[a-z][a-z0-9+.-]*://\S+", lambda match: display_url(match.group(0)), str(error))
 
 
-def _fetch(url: str, partial: Path) -> None:
-    """One attempt: continue ``partial`` from its current size when the server allows it."""
-    offset = partial.stat().st_size if partial.exists() else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+class _Incomplete(Exception):
+    """The connection ended before the announced length, or a resume did not fit the .part."""
+
+
+def _fetch(url: str, partial: Path) -> bool:
+    """One attempt: continue ``partial`` from its current size when the server allows it.
+
+    Returns True when the body's total length was known (and reached), False when the server sent
+    none; raises :class:`_Incomplete` when fewer bytes arrived than announced.
+    """
+    validator_path = _validator_path(partial)
+    validator = validator_path.read_text() if validator_path.exists() else None
+    offset = partial.stat().st_size if partial.exists() and validator else 0
+    headers = {"Range": f"bytes={offset}-", "If-Range": validator} if offset else {}
     try:
-        response = urllib.request.urlopen(request, timeout=60)
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
     except urllib.error.HTTPError as error:
-        if error.code == 416 and offset:  # already complete
-            return
+        if error.code == 416 and offset:
+            if _total_of(error.headers.get("Content-Range")) == offset:
+                return True  # the .part already holds the whole file
+            _discard(partial)
+            raise _Incomplete(f"range {offset}- not satisfiable; restarting from zero") from None
         raise
     with response:
-        if offset and response.status != 206:
-            offset = 0  # the server ignored the Range header: start again
-        length = response.headers.get("Content-Length")
-        expected = offset + int(length) if length is not None else None
+        expected = _expected_total(response, offset, partial)
+        if response.status != 206:
+            offset = 0  # a whole body: first attempt, a changed file, or Range ignored
+            _save_validator(response, validator_path)
         with partial.open("ab" if offset else "wb") as stream, _progress(url, expected, offset) as bar:
             received = offset
             for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
@@ -130,13 +195,58 @@ def _fetch(url: str, partial: Path) -> None:
                 received += len(chunk)
                 bar.update(len(chunk))
                 if bar.disable and received // LOG_EVERY_BYTES != (received - len(chunk)) // LOG_EVERY_BYTES:
-                    log.info("%s: %d MiB", url, received >> 20)
-    if expected is not None and received < expected:
-        raise _Truncated(f"received {received} of {expected} bytes")
+                    log.info("%s: %d MiB", display_url(url), received >> 20)
+    if expected is not None and received != expected:
+        raise _Incomplete(f"received {received} of {expected} bytes")
+    return expected is not None
+
+
+def _validator_path(partial: Path) -> Path:
+    return partial.with_name(partial.name + ".validator")
+
+
+def _save_validator(response, validator_path: Path) -> None:
+    """Keep what identifies this version of the file, so that only it is ever resumed."""
+    validator = response.headers.get("ETag") or response.headers.get("Last-Modified")
+    if validator:
+        validator_path.write_text(validator)
+    else:
+        validator_path.unlink(missing_ok=True)
+
+
+def _discard(partial: Path) -> None:
+    partial.unlink(missing_ok=True)
+    _validator_path(partial).unlink(missing_ok=True)
+
+
+def _expected_total(response, offset: int, partial: Path) -> int | None:
+    """The file's total size as the response announces it (None when it announces none).
+
+    A 206 must continue at ``offset``: one that starts elsewhere makes the download restart
+    from zero.
+    """
+    length = response.headers.get("Content-Length")
+    if response.status != 206:
+        return int(length) if length is not None else None
+    match = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
+    if match is None or int(match.group(1)) != offset or (
+        length is not None and int(length) != int(match.group(2)) - int(match.group(1)) + 1
+    ):
+        _discard(partial)
+        raise _Incomplete(
+            f"resume at byte {offset} answered with Content-Range "
+            f"{response.headers.get('Content-Range')!r}; restarting from zero"
+        )
+    return int(match.group(3))
+
+
+def _total_of(content_range: str | None) -> int | None:
+    match = re.match(r"^bytes \*/(\d+)$", content_range or "")
+    return int(match.group(1)) if match else None
 
 
 def _progress(url: str, total: int | None, initial: int) -> tqdm:
     return tqdm(
-        total=total, initial=initial, unit="B", unit_scale=True, desc=file_name(url),
+        total=total, initial=initial, unit="B", unit_scale=True, desc=url_file_name(url),
         disable=not sys.stderr.isatty(),
     )

@@ -8,6 +8,10 @@ text, SGM or TSV), Unicode-normalised, and, for training data only, cleaned:
 Dev and test sets are never filtered. Kept and dropped counts per source and per reason are
 logged and written to ``<split>.report.json`` beside ``<split>.src`` and ``<split>.tgt``. All of
 it streams: memory stays flat whatever the corpus size.
+
+Input is checked here, where it enters: text must be UTF-8 (:mod:`reproduce.data.text` names the
+member and line otherwise), and a split keeping fewer than ``data.min_pairs`` pairs is an error
+naming the split and its sources, before BPE or training ever see it.
 """
 
 from __future__ import annotations
@@ -23,18 +27,33 @@ from typing import Iterator
 
 from reproduce.config import Cleaning, Source
 from reproduce.data.archives import extract_member
-from reproduce.data.download import file_name
+from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
+from reproduce.data.text import iter_lines
+from reproduce.errors import ReproduceError
 
 log = logging.getLogger(__name__)
 
 
-class CorpusMismatchError(ValueError):
+class CorpusError(ReproduceError, ValueError):
+    """A corpus does not hold what the experiment file declares."""
+
+
+class CorpusMismatchError(CorpusError):
     """A source's two sides do not hold the same number of sentences."""
 
 
+class TooFewPairsError(CorpusError):
+    """A split holds fewer sentence pairs than ``data.min_pairs`` (0 after a wrong member...)."""
+
+
 def prepare_split(
-    sources: list[Source], split: str, download_dir: Path, out_dir: Path, cleaning: Cleaning
+    sources: list[Source],
+    split: str,
+    download_dir: Path,
+    out_dir: Path,
+    cleaning: Cleaning,
+    min_pairs: int = 1,
 ) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = out_dir / f".extract-{split}"
@@ -46,7 +65,7 @@ def prepare_split(
                 temporary["tgt"].open("w", encoding="utf-8") as tgt_out:
             for source in sources:
                 counts: Counter = Counter()
-                pairs = _read_pairs(source, download_dir / file_name(source.url), scratch)
+                pairs = _read_pairs(source, download_dir / file_name(source), scratch)
                 for source_text, target_text in pairs:
                     source_text = _normalise(source_text, cleaning.unicode_normalization)
                     target_text = _normalise(target_text, cleaning.unicode_normalization)
@@ -60,53 +79,71 @@ def prepare_split(
                     tgt_out.write(target_text + "\n")
                 report["sources"][source.name] = dict(counts)
                 log.info("%s/%s: %s", split, source.name, json.dumps(dict(counts)))
+        report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
+        _check_enough_pairs(report, min_pairs)
+        for side in ("src", "tgt"):
+            temporary[side].replace(outputs[side])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
-    for side in ("src", "tgt"):
-        temporary[side].replace(outputs[side])
+        for path in temporary.values():
+            path.unlink(missing_ok=True)
     report_path = out_dir / f"{split}.report.json"
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
+def _check_enough_pairs(report: dict, min_pairs: int) -> None:
+    if report["kept"] >= min_pairs:
+        return
+    read = sum(entry.get("read", 0) for entry in report["sources"].values())
+    raise TooFewPairsError(
+        f"split {report['split']}: {report['kept']} sentence pairs kept of {read} read from "
+        f"sources {', '.join(report['sources'])}; expected at least data.min_pairs = {min_pairs} "
+        f"(check the sources' members and the cleaning limits)"
+    )
+
+
 def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
     if not archive.exists():
-        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {source.url})")
+        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
     if source.format == "tsv":
         path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
-        yield from _read_tsv(path, source)
+        yield from _read_tsv(path, source, _label(archive, source.source_member))
         return
     src = extract_member(archive, source.source_member, scratch / f"{source.name}.src")
     tgt = extract_member(archive, source.target_member, scratch / f"{source.name}.tgt")
+    src_label, tgt_label = _label(archive, source.source_member), _label(archive, source.target_member)
     if source.format == "sgm":
-        src_lines, tgt_lines = read_sgm(src), read_sgm(tgt)
+        src_lines, tgt_lines = read_sgm(src, src_label), read_sgm(tgt, tgt_label)
         if len(src_lines) != len(tgt_lines):
             raise _mismatch(source, len(src_lines), len(tgt_lines))
         yield from zip(src_lines, tgt_lines)
         return
-    with src.open(encoding="utf-8", errors="replace") as src_in, \
-            tgt.open(encoding="utf-8", errors="replace") as tgt_in:
-        count = 0
-        for source_line, target_line in zip_longest(src_in, tgt_in):
-            if source_line is None or target_line is None:
-                src_total = count + (source_line is not None) + sum(1 for _ in src_in)
-                tgt_total = count + (target_line is not None) + sum(1 for _ in tgt_in)
-                raise _mismatch(source, src_total, tgt_total)
-            count += 1
-            yield source_line.rstrip("\n"), target_line.rstrip("\n")
+    src_in, tgt_in = iter_lines(src, src_label), iter_lines(tgt, tgt_label)
+    count = 0
+    for source_line, target_line in zip_longest(src_in, tgt_in):
+        if source_line is None or target_line is None:
+            src_total = count + (source_line is not None) + sum(1 for _ in src_in)
+            tgt_total = count + (target_line is not None) + sum(1 for _ in tgt_in)
+            raise _mismatch(source, src_total, tgt_total)
+        count += 1
+        yield source_line, target_line
 
 
-def _read_tsv(path: Path, source: Source) -> Iterator[tuple[str, str]]:
-    with path.open(encoding="utf-8", errors="replace") as stream:
-        for number, line in enumerate(stream, start=1):
-            columns = line.rstrip("\n").split("\t")
-            if len(columns) < 2:
-                raise ValueError(
-                    f"{source.name} ({source.source_member}) line {number}: expected a tab between "
-                    f"source and target, got {line[:80]!r}"
-                )
-            yield columns[0], columns[1]
+def _label(archive: Path, member: str | None) -> str:
+    """How a file inside a download is named in errors."""
+    return f"{archive} member {member}" if member is not None else str(archive)
+
+
+def _read_tsv(path: Path, source: Source, label: str) -> Iterator[tuple[str, str]]:
+    for number, line in enumerate(iter_lines(path, label), start=1):
+        columns = line.split("\t")
+        if len(columns) < 2:
+            raise CorpusError(
+                f"{label} line {number} (source {source.name!r}): expected a tab between "
+                f"source and target, got {line[:80]!r}"
+            )
+        yield columns[0], columns[1]
 
 
 def _mismatch(source: Source, source_count: int, target_count: int) -> CorpusMismatchError:

@@ -10,6 +10,9 @@ import html
 import re
 from pathlib import Path
 
+from reproduce.data.text import read_text
+from reproduce.errors import ReproduceError
+
 _SEGMENT = re.compile(r"<seg\b[^>]*>(.*?)</seg\s*>", re.IGNORECASE | re.DOTALL)
 
 
@@ -17,8 +20,13 @@ def parse_sgm_text(text: str) -> list[str]:
     return [" ".join(html.unescape(match).split()) for match in _SEGMENT.findall(text)]
 
 
-def read_sgm(path: Path) -> list[str]:
-    segments = parse_sgm_text(path.read_text(encoding="utf-8"))
+class SgmError(ReproduceError, ValueError):
+    """A file declared as SGM holds no ``<seg>`` elements."""
+
+
+def read_sgm(path: Path, label: str | None = None) -> list[str]:
+    """The segments of ``path``; ``label`` names the file in errors (e.g. an archive member)."""
+    segments = parse_sgm_text(read_text(path, label))
     if not segments:
-        raise ValueError(f"{path}: no <seg> elements found; is it an SGM file?")
+        raise SgmError(f"{label or path}: no <seg> elements found; is it an SGM file?")
     return segments

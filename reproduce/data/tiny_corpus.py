@@ -7,7 +7,7 @@ nouns are hyphenated compounds, so that the paper's compound-split BLEU has some
 Target words are pseudo-words derived from the source lexicon by a seeded generator.
 
 The corpus ships as ``configs/data/tiny_corpus.tgz`` in WMT's layout (training text, SGM dev and
-test sets) and is rebuilt byte for byte by ``python -m reproduce make-tiny-corpus OUT``.
+test sets) and is rebuilt byte for byte by ``python -m reproduce make-tiny-corpus --out OUT``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Translation of a text file with a trained checkpoint: sentencepiece -> beam search -> text.
 
 Sentences are sorted by length and decoded in batches of ``max_sentences_per_batch`` (batching
-similar lengths wastes little on padding); the output keeps the input's line order.
+similar lengths wastes little on padding); the output keeps the input's line order and has
+exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.data.text`),
+and a translation holding a line break of its own is an error rather than a shifted file.
 """
 
 from __future__ import annotations
@@ -15,12 +17,23 @@ import torch
 from tqdm import tqdm
 
 from reproduce.config import DecodingConfig, ModelConfig, differing_settings
+from reproduce.data.bpe import load_sentencepiece
+from reproduce.data.text import read_lines
 from reproduce.decoding.beam_search import beam_search
+from reproduce.errors import ReproduceError
 from reproduce.model.transformer import Transformer
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import CheckpointError, load_checkpoint
 
 log = logging.getLogger(__name__)
+
+
+class VocabularyMismatchError(ReproduceError):
+    """A sentencepiece model and a checkpoint were built with different vocabularies."""
+
+
+class LineCountError(ReproduceError):
+    """A translation file would not have one line per source line."""
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
@@ -80,12 +93,29 @@ def translate_file(
     checkpoint: Path, spm_model: Path, source: Path, out: Path, decoding: DecodingConfig,
     expected_settings: dict | None = None,
 ) -> None:
+    processor = load_sentencepiece(spm_model)
+    sentences = read_lines(source)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(checkpoint, device, expected_settings)
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
-    sentences = source.read_text(encoding="utf-8").splitlines()
+    if processor.vocab_size() != model.vocab_size:
+        raise VocabularyMismatchError(
+            f"{spm_model}: {processor.vocab_size()} pieces, but {checkpoint} was trained with a "
+            f"vocabulary of {model.vocab_size}; use the sentencepiece model of its dataset"
+        )
     translations = translate_sentences(model, processor, sentences, decoding, device)
+    _check_one_line_each(translations, len(sentences), source)
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(out.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in translations), encoding="utf-8")
+    with temporary.open("w", encoding="utf-8", newline="\n") as stream:
+        stream.writelines(line + "\n" for line in translations)
     temporary.replace(out)
+
+
+def _check_one_line_each(translations: list[str], expected: int, source: Path) -> None:
+    if len(translations) != expected:
+        raise LineCountError(f"{source}: {expected} lines in, {len(translations)} translations out")
+    for number, line in enumerate(translations, start=1):
+        if "\n" in line:
+            raise LineCountError(
+                f"{source} line {number}: its translation holds a line break ({line[:80]!r})"
+            )

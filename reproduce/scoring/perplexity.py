@@ -12,15 +12,19 @@ from pathlib import Path
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.decoding.translate import load_model
+from reproduce.decoding.translate import VocabularyMismatchError, load_model
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 
 
 def checkpoint_perplexity(checkpoint: Path, encoded: Path, max_tokens: int = 4096) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = load_model(checkpoint, device)
-    total, tokens = corpus_negative_log_likelihood(
-        model, EncodedCorpus.open(encoded), max_tokens, device
-    )
+    corpus = EncodedCorpus.open(encoded)
+    if corpus.vocab_size != model.vocab_size:
+        raise VocabularyMismatchError(
+            f"{encoded}: encoded with a vocabulary of {corpus.vocab_size}, but {checkpoint} was "
+            f"trained with one of {model.vocab_size}; use the encoded split of its dataset"
+        )
+    total, tokens = corpus_negative_log_likelihood(model, corpus, max_tokens, device)
     loss = total / tokens
     return {"loss_per_token": loss, "perplexity": math.exp(loss), "target_tokens": tokens}

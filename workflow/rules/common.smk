@@ -42,7 +42,7 @@ def _downloads_by_name():
     for dataset, experiment in EXPERIMENTS.items():
         for split in ("train", "dev", "test"):
             for source in getattr(experiment.data, split):
-                by_name.setdefault(download_name(source.url), (dataset, split, source))
+                by_name.setdefault(download_name(source), (dataset, split, source))
     return by_name
 
 
@@ -51,7 +51,7 @@ DOWNLOADS = _downloads_by_name()
 
 def split_downloads(wildcards):
     sources = getattr(EXPERIMENTS[wildcards.dataset].data, wildcards.split)
-    return [f"{RESULTS}/downloads/{download_name(source.url)}" for source in sources]
+    return [f"{RESULTS}/downloads/{download_name(source)}" for source in sources]
 
 
 def variant_dir(dataset, variant):

@@ -1,0 +1,52 @@
+"""Reading corpus text strictly: UTF-8 only, one sentence per ``\\n``-terminated line.
+
+Undecodable bytes stop the read with the file and line named (never a silent U+FFFD), and only
+``\\n`` ends a line: form feed, vertical tab, ``\\r``, U+0085, U+2028 or U+2029 inside a sentence
+stay inside it (:meth:`str.splitlines` would break there and shift every following line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from reproduce.errors import ReproduceError
+
+
+class UndecodableTextError(ReproduceError):
+    """A text file holds bytes that are not UTF-8."""
+
+
+def iter_lines(path: Path, label: str | None = None) -> Iterator[str]:
+    """The lines of ``path`` without their ``\\n``, streamed; ``label`` names the file in errors
+    (e.g. an archive member) when ``path`` is a scratch copy."""
+    with path.open("rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            yield decode_line(raw.removesuffix(b"\n"), label or str(path), number)
+
+
+def read_lines(path: Path, label: str | None = None) -> list[str]:
+    return list(iter_lines(path, label))
+
+
+def read_text(path: Path, label: str | None = None) -> str:
+    """The whole of ``path`` as text, with undecodable bytes reported by line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise _undecodable(label or str(path), line, data[error.start : error.end]) from None
+
+
+def decode_line(raw: bytes, label: str, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _undecodable(label, number, raw[error.start : error.end]) from None
+
+
+def _undecodable(label: str, line: int, bad: bytes) -> UndecodableTextError:
+    return UndecodableTextError(
+        f"{label} line {line}: not UTF-8 (bytes {bad.hex(' ')}); convert the file to UTF-8"
+    )

@@ -1,0 +1,312 @@
+"""Bad input, as a new user would give it, through the real command line (``python -m reproduce``).
+
+Every case must end with exit status != 0 and exactly one stderr line
+``reproduce <command>: error: ...`` naming the file or field, and no traceback (issue 14, item 8).
+The cases cover each class of bad input: downloads, corpora, arguments, experiment files,
+checkpoints, sentencepiece models. Inputs that used to give *silent wrong results* are checked
+for the right result in test_download.py, test_prepare.py and below (decode's line count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from reproduce.config import BpeConfig, ModelConfig, Source
+from reproduce.data.bpe import train_sentencepiece
+from reproduce.data.download import file_name
+from reproduce.data.encoded import write_encoded
+from reproduce.data.tiny_corpus import generate_corpus
+from reproduce.model.transformer import Transformer
+from tests.corpus_archives import write_tgz, write_tgz_bytes
+from tests.local_http_server import serving
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "s3cr3t-t0ken"
+
+
+def run_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "reproduce", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, command: str, *named: str) -> str:
+    """The result is a failure told in one ``reproduce <command>: error:`` line naming ``named``."""
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [line for line in errors if line.startswith(f"reproduce {command}: error: ")]
+    assert len(errors) == 1 and result.stderr.rstrip("\n").endswith(errors[0]), result.stderr
+    for name in named:
+        assert name in errors[0], (name, errors[0])
+    return errors[0]
+
+
+# --------------------------------------------------------------------------------------------
+# The world the cases run in: a local HTTP server, archives, a sentencepiece model, checkpoints
+# --------------------------------------------------------------------------------------------
+@dataclass
+class World:
+    root: Path
+    experiment: Path
+    spm: Path
+    other_spm: Path
+    checkpoint: Path
+    mixed_checkpoints: Path
+    encoded: Path
+    text: Path
+
+
+def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int) -> Path:
+    config = ModelConfig(layers=1, d_model=d_model, d_ff=32, heads=2, d_k=8, d_v=8, max_positions=64)
+    torch.manual_seed(0)
+    model = Transformer(config, vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "model_config": config.model_dump(),
+                "vocab_size": vocab_size, "step": step}, path)
+    return path
+
+
+def _experiment(path: Path, sources: dict[str, list[dict]]) -> Path:
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    raw["data"].update(sources)
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _served_archive(folder: Path) -> Path:
+    return write_tgz(folder / "corpus.tgz", {"train.src": "a b\n", "train.tgt": "x y\n"})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad_input")
+    served = _served_archive(root / "served")
+    pairs = generate_corpus(400, 0, 0, seed=3)["train"]
+    (root / "train.src").write_text("".join(s + "\n" for s, _ in pairs))
+    (root / "train.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    spm = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=120), root / "spm")
+    other = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=90), root / "other")
+    write_encoded(root / "encoded", 120, [([5, 6], [7, 8])])
+    mixed = root / "mixed"
+    _checkpoint(mixed / "step_00000010.pt", 120, 16, 10)
+    _checkpoint(mixed / "step_00000020.pt", 120, 32, 20)
+    with serving(root / "served") as (url, _), serving(root / "served", no_length=True) as (bare, _):
+        digest = hashlib.sha256(served.read_bytes()).hexdigest()
+        member = {"source_member": "train.src", "target_member": "train.tgt"}
+        experiment = _experiment(root / "experiment.yaml", {"train": [
+            {"name": "missing", "url": f"{url}/nothere.tgz?token={SECRET}"},
+            {"name": "no_length", "url": f"{bare}/corpus.tgz", **member},
+            {"name": "wrong_sum", "url": f"{url}/corpus.tgz", "sha256": "0" * 64, **member},
+            {"name": "right", "url": f"{url}/corpus.tgz", "sha256": digest, **member},
+        ]})
+        yield World(root=root, experiment=experiment, spm=spm, other_spm=other,
+                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10), mixed_checkpoints=mixed,
+                    encoded=root / "encoded", text=root / "train.src")
+
+
+def _prepare_world(world: World, name: str, members: dict[str, bytes]) -> tuple[Path, Path]:
+    """An experiment whose train split is one archive holding ``members``, already downloaded."""
+    source = {"name": name, "url": f"file:{name}.tgz", "source_member": "a.src", "target_member": "a.tgt"}
+    experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]})
+    downloads = world.root / f"downloads-{name}"
+    write_tgz_bytes(downloads / file_name(Source(**source)), members)
+    return experiment, downloads
+
+
+# --------------------------------------------------------------------------------------------
+# The cases: (id, command, arguments from the world, names the error line must hold)
+# --------------------------------------------------------------------------------------------
+def _decode(world: World, **changes) -> list:
+    options = {"--experiment": world.experiment, "--variant": "base", "--checkpoint": world.checkpoint,
+               "--spm-model": world.spm, "--source": world.text, "--out": world.root / "out.txt"} | changes
+    return [part for option, value in options.items() for part in (option, value)]
+
+
+def _truncated(world: World) -> Path:
+    data = world.checkpoint.read_bytes()
+    path = world.root / "truncated.pt"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _foreign_zip(world: World) -> Path:
+    path = world.root / "foreign.pt"
+    with zipfile.ZipFile(path, "w") as bundle:
+        bundle.writestr("notes.txt", "not a checkpoint")
+    return path
+
+
+def _latin1(world: World) -> Path:
+    path = world.root / "latin1.txt"
+    path.write_bytes("a b\nc d\nGr\xfc\xdfe\n".encode("latin-1"))
+    return path
+
+
+def _lines(world: World, name: str, count: int) -> Path:
+    path = world.root / name
+    path.write_text("".join("a b\n" for _ in range(count)))
+    return path
+
+
+def _download(world: World, source: str) -> list:
+    return ["--experiment", world.experiment, "--split", "train", "--source", source,
+            "--out-dir", world.root / "downloads"]
+
+
+def _prepare(world: World, name: str, members: dict[str, bytes]) -> list:
+    experiment, downloads = _prepare_world(world, name, members)
+    return ["--experiment", experiment, "--split", "train", "--downloads", downloads,
+            "--out-dir", world.root / f"data-{name}"]
+
+
+def _train(world: World, **changes) -> list:
+    options = {"--experiment": world.experiment, "--variant": "base", "--train-data": world.encoded,
+               "--dev-data": world.encoded, "--out-dir": world.root / "variant",
+               "--results": world.root / "results"} | changes
+    return [part for option, value in options.items() for part in (option, value)]
+
+
+def _average(world: World, last: str, folder: Path | None = None) -> list:
+    return ["--checkpoint-dir", folder or world.mixed_checkpoints, "--last", last,
+            "--out", world.root / "averaged.pt"]
+
+
+def _score(world: World, hypotheses: int = 3, encoded: Path | None = None) -> list:
+    return ["--experiment", world.experiment, "--variant", "base", "--split", "dev",
+            "--checkpoint-name", "last", "--translations", _lines(world, "hyp.txt", hypotheses),
+            "--reference", _lines(world, "ref.txt", 4), "--checkpoint", world.checkpoint,
+            "--encoded", encoded or world.encoded, "--results", world.root / "results",
+            "--out", world.root / "scores.json"]
+
+
+def _encoded_with_vocabulary(world: World, vocab_size: int) -> Path:
+    path = world.root / f"encoded-{vocab_size}"
+    write_encoded(path, vocab_size, [([5, 6], [7, 8])])
+    return path
+
+
+def _bad_experiment(world: World, edit) -> Path:
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    edit(raw)
+    path = world.root / "typo.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+CASES = [
+    # Downloads
+    ("download-http-404-token-url", "download", lambda w: _download(w, "missing"), ["nothere.tgz", "HTTP 404"]),
+    ("download-no-length-no-sha256", "download", lambda w: _download(w, "no_length"),
+     ["corpus.tgz", "no Content-Length", "'no_length'"]),
+    ("download-sha256-mismatch", "download", lambda w: _download(w, "wrong_sum"), ["sha256 mismatch", "0" * 64]),
+    ("download-unknown-source", "download", lambda w: _download(w, "nope"), ["experiment.yaml", "'nope'"]),
+    # Corpora
+    ("prepare-empty-split", "prepare", lambda w: _prepare(w, "empty", {"a.src": b"", "a.tgt": b""}),
+     ["split train", "0 sentence pairs", "empty"]),
+    ("prepare-below-min-pairs", "prepare", lambda w: _prepare(w, "few", {"a.src": b"a\n" * 5, "a.tgt": b"b\n" * 5}),
+     ["split train", "5 sentence pairs", "data.min_pairs = 100"]),
+    ("prepare-not-utf8", "prepare", lambda w: _prepare(w, "latin", {"a.src": b"a\nb\n", "a.tgt": b"x\n\xe4\n"}),
+     ["member a.tgt", "line 2", "not UTF-8"]),
+    ("prepare-sides-differ", "prepare", lambda w: _prepare(w, "uneven", {"a.src": b"a\nb\n", "a.tgt": b"x\n"}),
+     ["'uneven'", "has 2 sentences", "has 1"]),
+    ("prepare-missing-member", "prepare", lambda w: _prepare(w, "member", {"other.txt": b"a\n"}),
+     ["no member 'a.src'"]),
+    ("prepare-downloads-missing", "prepare",
+     lambda w: ["--experiment", w.experiment, "--split", "train", "--downloads", w.root / "nowhere",
+                "--out-dir", w.root / "data"], ["--downloads", "nowhere", "no such directory"]),
+    ("prepare-not-downloaded", "prepare",
+     lambda w: ["--experiment", w.experiment, "--split", "train", "--downloads", w.root,
+                "--out-dir", w.root / "data"], ["not downloaded", "'missing'"]),
+    ("train-bpe-empty-input", "train-bpe",
+     lambda w: ["--experiment", w.experiment, "--source", _lines(w, "empty.src", 0),
+                "--target", _lines(w, "empty.tgt", 0), "--model-prefix", w.root / "bpe/spm"],
+     ["empty.src", "empty"]),
+    ("encode-missing-spm-model", "encode",
+     lambda w: ["--spm-model", w.root / "no.model", "--source", w.text, "--target", w.text,
+                "--out-dir", w.root / "enc"], ["--spm-model", "no.model", "no such file"]),
+    ("encode-not-an-spm-model", "encode",
+     lambda w: ["--spm-model", w.text, "--source", w.text, "--target", w.text, "--out-dir", w.root / "enc"],
+     ["train.src", "not a sentencepiece model"]),
+    ("encode-not-utf8", "encode",
+     lambda w: ["--spm-model", w.spm, "--source", _latin1(w), "--target", _lines(w, "three.txt", 3),
+                "--out-dir", w.root / "enc"], ["latin1.txt", "line 3", "not UTF-8"]),
+    # Arguments
+    ("decode-unknown-variant", "decode", lambda w: _decode(w, **{"--variant": "nope"}),
+     ["--variant 'nope'", "known: A_h1, D_ls0, E_learned, base, big"]),
+    ("decode-threads-0", "decode", lambda w: _decode(w, **{"--threads": "0"}), ["--threads", "positive integer"]),
+    ("train-tasks-0", "train", lambda w: _train(w, **{"--tasks": "0"}), ["--tasks", "positive integer, got 0"]),
+    ("train-threads-not-a-number", "train", lambda w: _train(w, **{"--threads": "two"}), ["--threads", "'two'"]),
+    ("train-unknown-variant", "train", lambda w: _train(w, **{"--variant": "base2"}), ["--variant 'base2'"]),
+    ("train-missing-encoded-data", "train", lambda w: _train(w, **{"--train-data": w.root / "none"}),
+     ["--train-data", "no such directory"]),
+    ("average-last-0", "average", lambda w: _average(w, "0"), ["--last", "got 0"]),
+    ("average-last-negative", "average", lambda w: _average(w, "-3"), ["--last", "got -3"]),
+    ("average-more-than-kept", "average", lambda w: _average(w, "5"), ["mixed", "2 checkpoints", "asks for 5"]),
+    ("make-tiny-corpus-positional", "make-tiny-corpus", lambda w: [w.root / "t.tgz"], ["--out"]),
+    ("score-line-counts-differ", "score", _score, ["hyp.txt has 3 lines", "ref.txt has 4"]),
+    ("score-encoded-vocabulary-mismatch", "score",
+     lambda w: _score(w, hypotheses=4, encoded=_encoded_with_vocabulary(w, 90)),
+     ["encoded-90", "vocabulary of 90", "one of 120"]),
+    # Experiment files
+    ("experiment-missing", "decode", lambda w: _decode(w, **{"--experiment": w.root / "none.yaml"}),
+     ["none.yaml", "cannot read"]),
+    ("experiment-unknown-key", "decode",
+     lambda w: _decode(w, **{"--experiment": _bad_experiment(w, lambda raw: raw["model"].update(d_modle=1))}),
+     ["typo.yaml", "model.d_modle: unknown key"]),
+    # Checkpoints
+    ("checkpoint-missing", "decode", lambda w: _decode(w, **{"--checkpoint": w.root / "none.pt"}),
+     ["--checkpoint", "none.pt", "no such file"]),
+    ("checkpoint-is-a-directory", "decode", lambda w: _decode(w, **{"--checkpoint": w.root}),
+     ["--checkpoint", "is a directory"]),
+    ("checkpoint-truncated", "decode", lambda w: _decode(w, **{"--checkpoint": _truncated(w)}),
+     ["truncated.pt", "not a readable checkpoint"]),
+    ("checkpoint-empty", "score", lambda w: _score(w)[:-4] + ["--checkpoint", _lines(w, "empty.pt", 0)] + _score(w)[-4:],
+     ["empty.pt", "0 bytes"]),
+    ("checkpoint-foreign-zip", "decode", lambda w: _decode(w, **{"--checkpoint": _foreign_zip(w)}),
+     ["--checkpoint", "foreign.pt", "cannot use the checkpoint"]),
+    ("average-shape-mismatch", "average", lambda w: _average(w, "2"),
+     ["--checkpoint-dir", "mixed", "cannot use the checkpoint"]),
+    # Sentencepiece model and source text given to decode
+    ("decode-spm-vocabulary-mismatch", "decode", lambda w: _decode(w, **{"--spm-model": w.other_spm}),
+     ["other.model", "90 pieces", "vocabulary of 120"]),
+    ("decode-source-not-utf8", "decode", lambda w: _decode(w, **{"--source": _latin1(w)}),
+     ["latin1.txt", "line 3", "not UTF-8"]),
+    ("decode-source-missing", "decode", lambda w: _decode(w, **{"--source": w.root / "none.txt"}),
+     ["--source", "none.txt", "no such file"]),
+]
+
+
+@pytest.mark.parametrize("command, arguments, named", [case[1:] for case in CASES],
+                         ids=[case[0] for case in CASES])
+def test_bad_input_is_one_clear_line(world, command, arguments, named):
+    result = run_cli(command, *arguments(world), cwd=world.root)
+    line = assert_one_line_error(result, command, *named)
+    assert SECRET not in result.stderr and SECRET not in line
+
+
+def test_verbose_shows_the_traceback_as_well(world):
+    result = run_cli("--verbose", "decode", *_decode(world, **{"--spm-model": world.other_spm}), cwd=world.root)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+    assert result.stderr.rstrip("\n").splitlines()[-1].startswith("reproduce decode: error: ")
+
+
+def test_decode_writes_one_line_per_source_line_whatever_they_hold(world):
+    source = world.root / "odd.txt"
+    odd = ["form\ffeed", "vertical\vtab", "line\u2028separator", "para\u2029graph", "next\x85line"]
+    source.write_text("".join(line + "\n" for line in odd), encoding="utf-8")
+    out = world.root / "odd.out"
+    result = run_cli("decode", *_decode(world, **{"--source": source, "--out": out}), cwd=world.root)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes().count(b"\n") == len(odd) == 5
