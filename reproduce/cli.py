@@ -89,9 +89,9 @@ def cmd_make_tiny_corpus(args: argparse.Namespace) -> None:
 # Training
 # ------------------------------------------------------------------------------------------------
 def cmd_init_tracking(args: argparse.Namespace) -> None:
-    from reproduce.tracking import initialise_store
+    from reproduce.tracking import prepare_store, redact
 
-    print(f"MLflow store: {initialise_store(Path(args.results))}", file=sys.stderr)
+    print(f"MLflow store: {redact(prepare_store(Path(args.results)))}", file=sys.stderr)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -232,7 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("make-tiny-corpus", cmd_make_tiny_corpus, "regenerate the tiny corpus archive")
     sub.add_argument("out", help="the .tgz to write (configs/data/tiny_corpus.tgz)")
 
-    sub = command("init-tracking", cmd_init_tracking, "create the MLflow store")
+    sub = command("init-tracking", cmd_init_tracking,
+                  "check the MLflow tracking server, or create the embedded store")
     sub.add_argument("--results", required=True)
 
     sub = command("train", cmd_train, "train one variant (resumes from its checkpoints)")

@@ -21,7 +21,7 @@ from typing import Literal
 import submitit
 import torch
 
-from reproduce.config import Experiment, ResolvedVariant
+from reproduce.config import DataConfig, Experiment, ResolvedVariant
 from reproduce.training import distributed
 from reproduce.training.trainer import Trainer
 
@@ -42,6 +42,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     results_dir: Path
     threads: int = 1
     stop_after_steps: int | None = None
+    data: DataConfig | None = None  # the corpora, logged as the run's dataset inputs
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -57,22 +58,24 @@ class TrainingTask(submitit.helpers.Checkpointable):
     def _train(self) -> dict | None:
         run = None
         if distributed.rank() == 0:
-            from reproduce.tracking import flat_params, start_variant_run
+            from reproduce.tracking import start_training_run
 
-            run = start_variant_run(self.results_dir, self.dataset, self.variant.name,
-                                    self.variant.table3_row, self.output_dir / "checkpoints")
-            run.log_params(flat_params(self.variant, self.dataset) | {"world_size": distributed.world_size()})
-        trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
-                          on_metrics=run.log_metrics if run else None)
+            run = start_training_run(self.results_dir, self.dataset, self.variant, self.output_dir,
+                                     self.data, world_size=distributed.world_size())
+        try:
+            trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
+                              on_metrics=run.log_metrics if run else None)
+            if run is not None:
+                run.log_params({"parameters": trainer.model.num_parameters()})
+            summary = trainer.run(stop_after_steps=self.stop_after_steps)
+        except BaseException as error:
+            if run is not None:  # interrupted (signal, requeue, Ctrl-C) or crashed
+                run.finish("KILLED" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "FAILED")
+            raise
         if run is not None:
-            run.log_params({"parameters": trainer.model.num_parameters()})
-        summary = trainer.run(stop_after_steps=self.stop_after_steps)
-        if run is not None and summary is not None:
-            run.log_metrics({key: value for key, value in summary.items()
-                             if isinstance(value, (int, float))}, step=summary["steps"])
-            run.log_artifact(trainer.train_dir / "summary.json", "train")
-            run.log_artifact(trainer.metrics_path, "train")
-            run.finish()
+            if summary is not None:
+                run.log_summary(summary, [trainer.train_dir / "summary.json", trainer.metrics_path])
+            run.finish("FINISHED" if summary is not None else "KILLED")  # KILLED: stopped early
         return summary
 
 
@@ -96,8 +99,12 @@ def launch_training(
     threads: int = 1,
     stop_after_steps: int | None = None,
 ) -> dict | None:
+    from reproduce.tracking import prepare_store
+
+    prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
-                        output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps)
+                        output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
+                        experiment.data)
     if launcher == "inline":
         return task()
     executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher)
