@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reproduce.config import load_experiment  # noqa: E402
-from reproduce.tracking import flat_params, start_variant_run, tables_run, tracking_uri  # noqa: E402
+from reproduce.tracking import flat_params, start_variant_run, tables_run  # noqa: E402
 from reproduce.tracking.datasets import dataset_inputs  # noqa: E402
 
 # Synthetic, only to tell the runs apart in the pictures: (variant, Table 3 row, final loss, BLEU).
@@ -55,8 +55,8 @@ def build_store(results: Path) -> list[str]:
 
 
 def chromium(profile: Path, *arguments: str, size: str = "2400,800") -> None:
-    subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--window-size={size}", f"--user-data-dir={profile}", *arguments],
-                   check=True, capture_output=True, timeout=180)
+    subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--window-size={size}", f"--user-data-dir={profile}",
+                    *arguments], check=True, capture_output=True, timeout=180)
 
 
 def screenshot(profile: Path, url: str, out: Path, size: str = "2400,800") -> None:
@@ -85,14 +85,15 @@ def main() -> None:
             run_ids = build_store(folder / "results")
             from mlflow.tracking import MlflowClient
 
-            experiment_id = MlflowClient(tracking_uri(folder)).get_experiment_by_name("ui_check").experiment_id
+            experiment_id = MlflowClient(uri).get_experiment_by_name("ui_check").experiment_id
             args.out_dir.mkdir(parents=True, exist_ok=True)
             # MLflow 3.17's UI takes the experiment kind from its GenAI / Model training switch
             # (remembered by the browser, GenAI at first), not from mlflow.experimentKind.
             screenshot(profile, f"{uri}/#/experiments/{experiment_id}?workflowType=machine_learning",
                        args.out_dir / "mlflow-runs.png")
             compared = quote(json.dumps(run_ids, separators=(",", ":")))
-            screenshot(profile, f"{uri}/#/compare-runs?runs={compared}&experiments=%5B%22{experiment_id}%22%5D",
+            experiments = quote(json.dumps([experiment_id]))
+            screenshot(profile, f"{uri}/#/compare-runs?runs={compared}&experiments={experiments}",
                        args.out_dir / "mlflow-compare.png", size="1600,2000")
         finally:
             subprocess.run([*server, "stop"], env=env, capture_output=True)

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from reproduce.tracking import (
 )
 from reproduce.tracking.datasets import dataset_inputs, public_url
 from reproduce.training.launch import launch_training
-from tests.mlflow_server import _free_port, running_mlflow_server
+from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, random_corpus, small_variant
 
 SECRET = "s3cr3t-pw"
@@ -149,7 +150,7 @@ def test_a_report_without_a_source_leaves_its_counts_out(tmp_path):
 def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    with pytest.raises(FileNotFoundError):  # the encoded corpus is missing: Trainer fails
+    with pytest.raises((FileNotFoundError, ValueError)):  # no encoded corpus: the Trainer fails
         launch_training(experiment, small_variant(steps=6), tmp_path / "missing", tmp_path / "missing",
                         tmp_path / "variant", tmp_path)
     run_id = (tmp_path / "variant/checkpoints/mlflow_run_id").read_text()
@@ -180,7 +181,7 @@ def test_six_trainings_on_a_new_store_all_start(tmp_path, monkeypatch):
 
 
 def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeypatch):
-    uri = f"http://trainer:{SECRET}@127.0.0.1:{_free_port()}"
+    uri = f"http://trainer:{SECRET}@127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     with pytest.raises(TrackingUnavailable) as raised:
         prepare_store(tmp_path, timeout=2)
@@ -190,7 +191,7 @@ def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeyp
 
 
 def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
-    environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{_free_port()}",
+    environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{free_port()}",
                        PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "reproduce", "train", "--experiment", str(ROOT / "configs/tiny.yaml"),
@@ -207,7 +208,7 @@ def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
 def test_logging_to_a_lost_server_warns_once_and_goes_on(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setattr("reproduce.tracking.runs.RETRY_AFTER_SECONDS", 0.0)  # try every call
-    lost = MlflowClient(f"http://u:{SECRET}@127.0.0.1:{_free_port()}")
+    lost = MlflowClient(f"http://u:{SECRET}@127.0.0.1:{free_port()}")
     run = VariantRun(lost, "0" * 32, tmp_path / "metrics.jsonl")
     with caplog.at_level(logging.WARNING, logger="reproduce.tracking.runs"):
         for step in range(1, 4):
@@ -217,6 +218,31 @@ def test_logging_to_a_lost_server_warns_once_and_goes_on(tmp_path, monkeypatch, 
     assert len([w for w in warnings if "going on without tracking" in w]) == 1
     assert all(SECRET not in warning for warning in warnings)
     assert run.outage_since is not None
+
+
+def test_credentials_are_masked_in_every_logged_record(caplog):
+    from reproduce.tracking.store import RedactCredentials
+
+    record = logging.LogRecord("mlflow", logging.WARNING, __file__, 1, "request to %s failed", (
+        f"https://alice:{SECRET}@mlflow.example.org/api/2.0/mlflow/runs/get",), None)
+    assert RedactCredentials().filter(record)
+    assert record.getMessage() == "request to https://***@mlflow.example.org/api/2.0/mlflow/runs/get failed"
+
+
+def test_system_metrics_are_sampled_into_the_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path)
+    client = MlflowClient(tracking_uri(tmp_path))
+    run.start_system_metrics(tracking_uri(tmp_path))
+    for _ in range(300):  # the monitor's thread logs its first sample after one interval
+        if "system/cpu_utilization_percentage" in client.get_run(run.run_id).data.metrics:
+            break
+        time.sleep(0.1)
+    run.finish()
+    metrics = client.get_run(run.run_id).data.metrics
+    assert 0.0 <= metrics["system/cpu_utilization_percentage"] <= 100.0
+    assert metrics["system/system_memory_usage_megabytes"] > 0
 
 
 def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
@@ -238,8 +264,9 @@ def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
 def test_a_variant_trains_through_a_server_that_vanishes_and_returns(tmp_path, monkeypatch):
     """The project's server script on loopback; the server is stopped mid-training and restarted."""
     script = ROOT / "scripts/mlflow-server.sh"
-    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(tmp_path / "server"), MLFLOW_SERVER_HOST="127.0.0.1",
-                       MLFLOW_SERVER_PORT=str(_free_port()), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(tmp_path / "server"),
+                       MLFLOW_SERVER_HOST="127.0.0.1", MLFLOW_SERVER_PORT=str(free_port()),
+                       PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
 
     def server(action):
         return subprocess.run(["bash", str(script), action], env=environment, capture_output=True,
@@ -278,7 +305,8 @@ def test_a_variant_trains_through_a_server_that_vanishes_and_returns(tmp_path, m
         client = MlflowClient(uri)
         run = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])[0]
         assert run.info.status == "FINISHED" and run.data.params["training.steps"] == "8"
-        recorded = [json.loads(line) for line in (tmp_path / "base/train/metrics.jsonl").read_text().splitlines()]
+        lines = (tmp_path / "base/train/metrics.jsonl").read_text().splitlines()
+        recorded = [json.loads(line) for line in lines]
         history = client.get_metric_history(run.info.run_id, "train_loss")
         assert sorted(m.step for m in history) == [e["step"] for e in recorded if "train_loss" in e]
         assert summary["steps"] == 8

@@ -152,7 +152,7 @@ class VariantRun:
                                                         tracking_uri=tracking)
             self._system_metrics.start()
         except Exception as error:  # a store that went away between two calls
-            log.warning("MLflow system metrics not recorded: %s", redact(str(error)).splitlines()[0])
+            log.warning("MLflow system metrics not recorded: %s", _first_line(error))
             self._system_metrics = None
 
     def finish(self, status: str = "FINISHED") -> None:
@@ -177,13 +177,19 @@ class VariantRun:
                 self.outage_since = time.monotonic()
                 kept = f"; metrics stay in {self.metrics_file} and are replayed" if self.metrics_file else ""
                 log.warning("MLflow: %s failed (%s); going on without tracking%s when the store is back",
-                            what, redact(str(error)).splitlines()[0] if str(error) else type(error).__name__, kept)
+                            what, _first_line(error), kept)
             return False
         if self.outage_since is not None:
             log.warning("MLflow: the store answers again after %.0f s", time.monotonic() - self.outage_since)
             self.outage_since = None
             self.replay_metrics()
         return True
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of an error's message, credentials masked (MLflow's can be long)."""
+    lines = redact(str(error)).splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _retry_while_locked(call: Callable[[], None], attempts: int = 8) -> None:
