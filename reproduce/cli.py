@@ -139,9 +139,10 @@ def cmd_decode(args: argparse.Namespace) -> None:
 def cmd_score(args: argparse.Namespace) -> None:
     from reproduce.scoring.bleu import score_translations
     from reproduce.scoring.perplexity import checkpoint_perplexity
-    from reproduce.tracking import find_variant_run
+    from reproduce.tracking import find_variant_run, prepare_store
 
     experiment = _experiment(args)
+    prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
@@ -177,10 +178,11 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def cmd_tables(args: argparse.Namespace) -> None:
     from reproduce.tables.render import render_tables
-    from reproduce.tracking import tables_run
+    from reproduce.tracking import prepare_store, tables_run
 
     experiment = _experiment(args)
     results = Path(args.results)
+    prepare_store(results)
     written = render_tables(experiment, results, Path(args.out_dir))
     with tables_run(results, experiment.name) as run:
         for path in written:
