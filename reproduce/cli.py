@@ -109,9 +109,9 @@ def cmd_make_tiny_corpus(args: argparse.Namespace) -> None:
 # Training
 # ------------------------------------------------------------------------------------------------
 def cmd_init_tracking(args: argparse.Namespace) -> None:
-    from reproduce.tracking import initialise_store
+    from reproduce.tracking import prepare_store, redact
 
-    print(f"MLflow store: {initialise_store(Path(args.results))}", file=sys.stderr)
+    print(f"MLflow store: {redact(prepare_store(Path(args.results)))}", file=sys.stderr)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -165,8 +165,9 @@ def cmd_score(args: argparse.Namespace) -> None:
     _variant(experiment, args)
     from reproduce.scoring.bleu import score_translations
     from reproduce.scoring.perplexity import checkpoint_perplexity
-    from reproduce.tracking import find_variant_run
+    from reproduce.tracking import find_variant_run, prepare_store
 
+    prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
@@ -202,10 +203,11 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def cmd_tables(args: argparse.Namespace) -> None:
     from reproduce.tables.render import render_tables
-    from reproduce.tracking import tables_run
+    from reproduce.tracking import prepare_store, tables_run
 
     experiment = _experiment(args)
     results = Path(args.results)
+    prepare_store(results)
     written = render_tables(experiment, results, Path(args.out_dir))
     with tables_run(results, experiment.name) as run:
         for path in written:
@@ -329,7 +331,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--out", required=True,
                      help="the .tgz to write (configs/data/tiny_corpus.tgz)")
 
-    sub = command("init-tracking", cmd_init_tracking, "create the MLflow store")
+    sub = command("init-tracking", cmd_init_tracking,
+                  "check the MLflow tracking server, or create the embedded store")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
 
     sub = command("train", cmd_train, "train one variant (resumes from its checkpoints)")

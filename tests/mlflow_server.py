@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -17,7 +17,7 @@ def _free_port() -> int:
 
 @contextmanager
 def running_mlflow_server(folder: Path):
-    port = _free_port()
+    port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     process = subprocess.Popen(
         [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",

@@ -1,13 +1,28 @@
 """MLflow tracking against the embedded SQLite store and a real mlflow server on loopback."""
 
+import json
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from mlflow.tracking import MlflowClient
 
 from reproduce.config import load_experiment
 from reproduce.tracking import (
-    find_variant_run, flat_params, start_variant_run, tables_run, tracking_uri,
+    TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store,
+    start_training_run, start_variant_run, tables_run, tracking_uri,
 )
-from tests.mlflow_server import running_mlflow_server
+from reproduce.tracking.datasets import dataset_inputs, public_url
+from reproduce.training.launch import launch_training
+from tests.mlflow_server import free_port, running_mlflow_server
+from tests.training_fixtures import ROOT, random_corpus, small_variant
+
+SECRET = "s3cr3t-pw"
 
 
 def _exercise_store(results, run_dir, uri):
@@ -26,7 +41,11 @@ def _exercise_store(results, run_dir, uri):
     assert [(m.step, m.value) for m in history] == [(10, 3.5), (20, 2.5)]
     tags = client.get_run(run.run_id).data.tags
     assert tags["dataset"] == "tiny" and tags["variant"] == "A_h1" and tags["table3_row"] == "A"
-    assert client.get_experiment_by_name("tiny") is not None
+    assert tags["kind"] == "variant" and tags["mlflow.runName"] == "A_h1"
+    assert tags["mlflow.source.name"] == "python -m reproduce train"
+    assert len(tags["mlflow.source.git.commit"]) == 40
+    experiment = client.get_experiment_by_name("tiny")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def test_sqlite_store_by_default(tmp_path, monkeypatch):
@@ -50,9 +69,7 @@ def test_a_real_mlflow_server_on_loopback(tmp_path, monkeypatch):
 
 
 def test_flat_params_name_every_hyper_parameter():
-    from pathlib import Path
-
-    experiment = load_experiment(Path(__file__).parents[1] / "configs/wmt14_en_de.yaml")
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
     params = flat_params(experiment.variant("big"), experiment.name)
     assert params["model.d_model"] == 1024
     assert params["training.checkpoints.keep_last"] == 20
@@ -69,3 +86,229 @@ def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
         run.log_artifact(artifact, "tables")
     assert (results / "mlartifacts").is_dir()
     assert not (tmp_path / "mlruns").exists()
+    tags = MlflowClient(tracking_uri(results)).get_run(run.run_id).data.tags
+    assert tags["kind"] == "tables" and "variant" not in tags
+
+
+# -- a training's run ----------------------------------------------------------------------------
+@pytest.fixture
+def trained(tmp_path, monkeypatch):
+    """A 6-step training through the launcher, logged to a fresh embedded store."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    data = tmp_path / "results/tiny/data"
+    data.mkdir(parents=True)
+    (data / "train.report.json").write_text(json.dumps(
+        {"split": "train", "sources": {"tiny_train": {"read": 120, "kept": 100, "dropped_ratio": 20}}}))
+    train = random_corpus(tmp_path / "train", 64, seed=1)
+    dev = random_corpus(tmp_path / "dev", 16, seed=2)
+    summary = launch_training(experiment, small_variant(steps=6), train, dev,
+                              tmp_path / "results/tiny/base", tmp_path / "results")
+    client = MlflowClient(tracking_uri(tmp_path / "results"))
+    run_id = (tmp_path / "results/tiny/base/checkpoints/mlflow_run_id").read_text()
+    return experiment, summary, client, client.get_run(run_id), tmp_path / "results/tiny/base"
+
+
+def test_a_training_run_is_finished_with_its_curves_and_no_value_twice(trained):
+    experiment, summary, client, run, folder = trained
+    assert run.info.status == "FINISHED"
+    assert not set(run.data.params) & set(run.data.metrics)  # no value as both param and metric
+    assert run.data.params["parameters"] == str(summary["parameters"])
+    assert run.data.params["world_size"] == "1" and run.data.params["training.steps"] == "6"
+    assert run.data.metrics["final_dev_loss"] == pytest.approx(summary["final_dev_loss"])
+    recorded = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
+    history = client.get_metric_history(run.info.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(e["step"], e["train_loss"]) for e in recorded
+                                                   if "train_loss" in e]
+    assert run.data.tags["mlflow.user"] and run.data.tags["kind"] == "variant"
+
+
+def test_a_training_run_names_its_datasets_with_pair_counts(trained):
+    experiment, _, _, run, _ = trained
+    inputs = {item.dataset.name: item for item in run.inputs.dataset_inputs}
+    declared = {source.name for split in ("train", "dev", "test")
+                for source in getattr(experiment.data, split)}
+    assert set(inputs) == declared
+    train_source = experiment.data.train[0]
+    logged = inputs[train_source.name]
+    assert json.loads(logged.dataset.source) == {"url": public_url(train_source.url)}
+    assert json.loads(logged.dataset.profile)["pairs_kept"] == 100
+    assert {tag.key: tag.value for tag in logged.tags}["mlflow.data.context"] == "train"
+
+
+def test_public_urls_keep_neither_credentials_nor_queries():
+    assert public_url("https://user:pw@host.org:8443/a/b.tgz?token=abc#x") == "https://host.org:8443/a/b.tgz"
+    assert public_url("file:configs/data/tiny_corpus.tgz?x=1") == "file:configs/data/tiny_corpus.tgz"
+
+
+def test_a_report_without_a_source_leaves_its_counts_out(tmp_path):
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    inputs = dataset_inputs(experiment.data, tmp_path)  # no reports: prepare has not run
+    assert all("pairs_kept" not in json.loads(item.dataset.profile) for item in inputs)
+
+
+def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    with pytest.raises((FileNotFoundError, ValueError)):  # no encoded corpus: the Trainer fails
+        launch_training(experiment, small_variant(steps=6), tmp_path / "missing", tmp_path / "missing",
+                        tmp_path / "variant", tmp_path)
+    run_id = (tmp_path / "variant/checkpoints/mlflow_run_id").read_text()
+    assert MlflowClient(tracking_uri(tmp_path)).get_run(run_id).info.status == "FAILED"
+
+
+# -- the store: created once, checked before training, never fatal during it --------------------
+def _create_store_and_run(results: str, variant: str, barrier) -> None:
+    barrier.wait()
+    prepare_store(Path(results))
+    start_variant_run(Path(results), "tiny", variant, None, Path(results) / variant)
+
+
+def test_six_trainings_on_a_new_store_all_start(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(6)
+    processes = [context.Process(target=_create_store_and_run, args=(str(tmp_path), f"v{i}", barrier))
+                 for i in range(6)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert [process.exitcode for process in processes] == [0] * 6
+    runs = MlflowClient(tracking_uri(tmp_path)).search_runs(
+        [MlflowClient(tracking_uri(tmp_path)).get_experiment_by_name("tiny").experiment_id])
+    assert sorted(run.data.tags["variant"] for run in runs) == [f"v{i}" for i in range(6)]
+
+
+def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeypatch):
+    uri = f"http://trainer:{SECRET}@127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    with pytest.raises(TrackingUnavailable) as raised:
+        prepare_store(tmp_path, timeout=2)
+    message = str(raised.value)
+    assert "\n" not in message and SECRET not in message
+    assert "http://***@127.0.0.1" in message and "mlflow-server.sh" in message
+
+
+def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
+    environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{free_port()}",
+                       PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-m", "reproduce", "train", "--experiment", str(ROOT / "configs/tiny.yaml"),
+         "--variant", "base", "--train-data", str(tmp_path / "train"), "--dev-data", str(tmp_path / "dev"),
+         "--out-dir", str(tmp_path / "base"), "--results", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, env=environment,
+    )
+    assert result.returncode != 0
+    assert result.stderr.startswith("reproduce train: error: MLFLOW_TRACKING_URI=http://***@127.0.0.1")
+    assert result.stderr.count("\n") == 1 and SECRET not in result.stderr
+    assert not (tmp_path / "base").exists()  # nothing started
+
+
+def test_logging_to_a_lost_server_warns_once_and_goes_on(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setattr("reproduce.tracking.runs.RETRY_AFTER_SECONDS", 0.0)  # try every call
+    lost = MlflowClient(f"http://u:{SECRET}@127.0.0.1:{free_port()}")
+    run = VariantRun(lost, "0" * 32, tmp_path / "metrics.jsonl")
+    with caplog.at_level(logging.WARNING, logger="reproduce.tracking.runs"):
+        for step in range(1, 4):
+            run.log_metrics({"train_loss": 1.0 / step}, step)
+        run.finish("FINISHED")
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len([w for w in warnings if "going on without tracking" in w]) == 1
+    assert all(SECRET not in warning for warning in warnings)
+    assert run.outage_since is not None
+
+
+def test_credentials_are_masked_in_every_logged_record(caplog):
+    from reproduce.tracking.store import RedactCredentials
+
+    record = logging.LogRecord("mlflow", logging.WARNING, __file__, 1, "request to %s failed", (
+        f"https://alice:{SECRET}@mlflow.example.org/api/2.0/mlflow/runs/get",), None)
+    assert RedactCredentials().filter(record)
+    assert record.getMessage() == "request to https://***@mlflow.example.org/api/2.0/mlflow/runs/get failed"
+
+
+def test_system_metrics_are_sampled_into_the_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path)
+    client = MlflowClient(tracking_uri(tmp_path))
+    run.start_system_metrics(tracking_uri(tmp_path))
+    for _ in range(300):  # the monitor's thread logs its first sample after one interval
+        if "system/cpu_utilization_percentage" in client.get_run(run.run_id).data.metrics:
+            break
+        time.sleep(0.1)
+    run.finish()
+    metrics = client.get_run(run.run_id).data.metrics
+    assert 0.0 <= metrics["system/cpu_utilization_percentage"] <= 100.0
+    assert metrics["system/system_memory_usage_megabytes"] > 0
+
+
+def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, tmp_path / "metrics.jsonl")
+    lines = [{"step": 2, "train_loss": 3.0, "lr": 0.1}, {"step": 4, "train_loss": 2.0, "lr": 0.2},
+             {"step": 4, "dev_loss": 2.5}, {"step": 6, "train_loss": 1.0, "lr": 0.3}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run.log_metrics({"train_loss": 3.0, "lr": 0.1}, step=2)  # logged before the outage
+    assert run.replay_metrics() == 5  # steps 4 and 6 of train_loss and lr, and dev_loss at 4
+    assert run.replay_metrics() == 0  # nothing twice
+    client = MlflowClient(tracking_uri(tmp_path))
+    history = client.get_metric_history(run.run_id, "train_loss")
+    assert sorted((m.step, m.value) for m in history) == [(2, 3.0), (4, 2.0), (6, 1.0)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "dev_loss")] == [(4, 2.5)]
+
+
+@pytest.mark.slow
+def test_a_variant_trains_through_a_server_that_vanishes_and_returns(tmp_path, monkeypatch):
+    """The project's server script on loopback; the server is stopped mid-training and restarted."""
+    script = ROOT / "scripts/mlflow-server.sh"
+    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(tmp_path / "server"),
+                       MLFLOW_SERVER_HOST="127.0.0.1", MLFLOW_SERVER_PORT=str(free_port()),
+                       PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+    def server(action):
+        return subprocess.run(["bash", str(script), action], env=environment, capture_output=True,
+                              text=True, timeout=200)
+
+    started = server("start")
+    assert started.returncode == 0, started.stderr
+    uri = started.stdout.strip().removeprefix("export MLFLOW_TRACKING_URI=")
+    try:
+        assert server("status").stdout == started.stdout
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        monkeypatch.setattr("reproduce.tracking.runs.RETRY_AFTER_SECONDS", 0.0)
+        experiment = load_experiment(ROOT / "configs/tiny.yaml")
+        train = random_corpus(tmp_path / "train", 64, seed=1)
+        dev = random_corpus(tmp_path / "dev", 16, seed=2)
+        lost_at = []
+
+        def start_and_lose_the_server_at_step_4(*args, **kwargs):
+            run = start_training_run(*args, **kwargs)
+            log_metrics = run.log_metrics
+
+            def log_through_an_outage(metrics, step):
+                if step == 4 and not lost_at:
+                    assert server("stop").returncode == 0
+                    log_metrics(metrics, step)  # fails: warns, training goes on
+                    lost_at.append(run.outage_since)
+                    assert server("start").returncode == 0
+                else:
+                    log_metrics(metrics, step)  # the first success replays what was missed
+            run.log_metrics = log_through_an_outage
+            return run
+
+        monkeypatch.setattr("reproduce.tracking.start_training_run", start_and_lose_the_server_at_step_4)
+        summary = launch_training(experiment, small_variant(steps=8), train, dev, tmp_path / "base", tmp_path)
+        assert lost_at and lost_at[0] is not None  # the server was really gone for a while
+        client = MlflowClient(uri)
+        run = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])[0]
+        assert run.info.status == "FINISHED" and run.data.params["training.steps"] == "8"
+        lines = (tmp_path / "base/train/metrics.jsonl").read_text().splitlines()
+        recorded = [json.loads(line) for line in lines]
+        history = client.get_metric_history(run.info.run_id, "train_loss")
+        assert sorted(m.step for m in history) == [e["step"] for e in recorded if "train_loss" in e]
+        assert summary["steps"] == 8
+    finally:
+        server("stop")

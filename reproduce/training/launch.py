@@ -29,7 +29,7 @@ from typing import Literal
 import submitit
 import torch
 
-from reproduce.config import Experiment, ResolvedVariant, trained_settings
+from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import Interruption
@@ -54,6 +54,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     threads: int = 1
     stop_after_steps: int | None = None
     settings: dict | None = None  # what the weights depend on, data and BPE included
+    data: DataConfig | None = None  # the corpora, logged as the run's dataset inputs
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -79,26 +80,26 @@ class TrainingTask(submitit.helpers.Checkpointable):
     def _train(self, interruption: Interruption) -> dict | None:
         run = None
         if distributed.rank() == 0:
-            from reproduce.tracking import flat_params, start_variant_run
+            from reproduce.tracking import start_training_run
 
-            run = start_variant_run(self.results_dir, self.dataset, self.variant.name,
-                                    self.variant.table3_row, self.output_dir / "checkpoints")
-            run.log_params(flat_params(self.variant, self.dataset) | {"world_size": distributed.world_size()})
-        trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
-                          on_metrics=run.log_metrics if run else None, settings=self.settings,
-                          interruption=interruption)
-        if run is not None:
-            run.log_params({"parameters": trainer.model.num_parameters()})
-        summary = trainer.run(stop_after_steps=self.stop_after_steps)
-        if run is not None and summary is not None:
-            run.log_metrics({key: value for key, value in summary.items()
-                             if isinstance(value, (int, float))}, step=summary["steps"])
-            run.log_artifact(trainer.train_dir / "summary.json", "train")
-            run.log_artifact(trainer.metrics_path, "train")
-            run.finish()
-        if summary is None and interruption.reason is not None:
+            run = start_training_run(self.results_dir, self.dataset, self.variant, self.output_dir,
+                                     self.data, world_size=distributed.world_size())
+        try:
+            trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
+                              on_metrics=run.log_metrics if run else None, settings=self.settings,
+                              interruption=interruption)
             if run is not None:
-                run.client.set_terminated(run.run_id, "KILLED")
+                run.log_params({"parameters": trainer.model.num_parameters()})
+            summary = trainer.run(stop_after_steps=self.stop_after_steps)
+        except BaseException as error:
+            if run is not None:  # interrupted (Ctrl-C) or crashed
+                run.finish("KILLED" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "FAILED")
+            raise
+        if run is not None:
+            if summary is not None:
+                run.log_summary(summary, [trainer.train_dir / "summary.json", trainer.metrics_path])
+            run.finish("FINISHED" if summary is not None else "KILLED")  # KILLED: stopped early
+        if summary is None and interruption.reason is not None:
             _exit_interrupted(interruption, trainer.step)
         return summary
 
@@ -160,13 +161,16 @@ def launch_training(
 ) -> dict | None:
     """Train ``variant``; with ``restart``, its checkpoints and train/ are first moved aside
     (:func:`reproduce.training.checkpoints.set_aside`), so that training starts from step 0."""
+    from reproduce.tracking import prepare_store
+
     _check_partition(variant, launcher, tasks)
+    prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     if restart:
         with VariantLock(output_dir):
             set_aside(output_dir)
     task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        trained_settings(variant, experiment))
+                        trained_settings(variant, experiment), experiment.data)
     if launcher == "inline":
         return task()
     resources = variant.resources

@@ -1,0 +1,18 @@
+"""MLflow tracking: the store (:mod:`.store`), the runs (:mod:`.runs`), the corpora (:mod:`.datasets`).
+
+Only rank 0 ever calls into this package.
+"""
+
+from reproduce.tracking.runs import (
+    RUN_ID_FILE, VariantRun, find_variant_run, flat_params, start_training_run,
+    start_variant_run, tables_run,
+)
+from reproduce.tracking.store import (
+    TrackingUnavailable, prepare_store, redact, redact_credentials_in_logs, tracking_uri,
+)
+
+__all__ = [
+    "RUN_ID_FILE", "TrackingUnavailable", "VariantRun", "find_variant_run", "flat_params",
+    "prepare_store", "redact", "redact_credentials_in_logs", "start_training_run",
+    "start_variant_run", "tables_run", "tracking_uri",
+]

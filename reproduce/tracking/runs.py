@@ -1,0 +1,325 @@
+"""MLflow runs: one experiment per dataset, one run per model variant, one ``tables`` run.
+
+Experiments are tagged as model training (``mlflow.experimentKind``), so MLflow 3's UI opens on
+the runs table rather than its GenAI pages. Runs carry MLflow's system tags (source, commit, user,
+run name) and a ``kind`` tag, ``variant`` or ``tables``, that tells them apart. A ``kind`` tag, not a
+parent run per pipeline invocation: Snakemake runs every stage in its own process (on Slurm, on
+other nodes, and training again after each requeue), and a variant's run outlives the invocation
+that started it (its BLEU is logged by later ones), so there is no invocation-wide run to hang it
+under.
+
+Logging never costs a training: a failed call warns once per outage and returns; the training
+metrics stay in ``metrics.jsonl`` and are replayed into the run when the store answers again and
+when the run finishes. Only rank 0 ever calls into this module.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import subprocess
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from reproduce.tracking.store import (
+    fail_fast_over_http, is_server, redact, redact_credentials_in_logs, tracking_uri,
+)
+
+if TYPE_CHECKING:
+    from mlflow.entities import DatasetInput
+
+    from reproduce.config import DataConfig, ResolvedVariant
+
+log = logging.getLogger(__name__)
+
+RUN_ID_FILE = "mlflow_run_id"
+# MLflow 3's value for classic model training (its UI's ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+# While the store is unreachable, calls are attempted again after this many seconds, not on
+# every step: a lost server must not slow training down.
+RETRY_AFTER_SECONDS = 30.0
+# The summary's values that describe the run rather than its results (``steps`` is already the
+# param ``training.steps``): logged as params, never also as metrics.
+SUMMARY_PARAMS = ("parameters", "world_size", "device")
+_NOT_METRICS = (*SUMMARY_PARAMS, "steps")
+_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True, text=True, check=True, cwd=Path(__file__).parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def system_tags(command: str, run_name: str) -> dict[str, str]:
+    """MLflow's own tags, which fill the UI's Source, Version and User columns."""
+    tags = {"mlflow.runName": run_name, "mlflow.source.type": "LOCAL",
+            "mlflow.source.name": f"python -m reproduce {command}"}
+    commit = git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    try:
+        tags["mlflow.user"] = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no $USER in some containers
+        pass
+    return tags
+
+
+class VariantRun:
+    """One MLflow run; every call retries a locked SQLite store and survives an unreachable one."""
+
+    def __init__(self, client: MlflowClient, run_id: str, metrics_file: Path | None = None):
+        self.client = client
+        self.run_id = run_id
+        self.metrics_file = metrics_file
+        self.outage_since: float | None = None
+        self._last_attempt = 0.0
+        self._system_metrics = None
+
+    # -- logging ---------------------------------------------------------------------------------
+    def log_params(self, params: dict[str, Any]) -> None:
+        def log_new() -> None:
+            existing = self.client.get_run(self.run_id).data.params
+            fresh = [Param(key, str(value)) for key, value in params.items() if key not in existing]
+            if fresh:
+                self.client.log_batch(self.run_id, params=fresh)
+        self._call("logging params", log_new)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        entries = [Metric(key, float(value), now, step) for key, value in metrics.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)]
+        self._call("logging metrics", lambda: self.client.log_batch(self.run_id, metrics=entries))
+
+    def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        self._call(f"storing {path.name}", lambda: self.client.log_artifact(self.run_id, str(path), folder))
+
+    def log_datasets(self, inputs: list["DatasetInput"]) -> None:
+        self._call("logging datasets", lambda: self.client.log_inputs(self.run_id, datasets=inputs))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        def set_all() -> None:
+            for key, value in tags.items():
+                self.client.set_tag(self.run_id, key, value)
+        self._call("setting tags", set_all)
+
+    def log_summary(self, summary: dict[str, Any], artifacts: list[Path]) -> None:
+        """A finished training's summary: counts as params, results as metrics, files as artifacts."""
+        self.log_params({key: summary[key] for key in SUMMARY_PARAMS if key in summary})
+        self.log_metrics({key: value for key, value in summary.items() if key not in _NOT_METRICS},
+                         step=summary["steps"])
+        for path in artifacts:
+            self.log_artifact(path, "train")
+
+    def replay_metrics(self) -> int:
+        """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count."""
+        if self.metrics_file is None or not self.metrics_file.exists():
+            return 0
+        recorded = [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line]
+        keys = {key for entry in recorded for key in entry if key != "step"}
+        missing: list[Metric] = []
+
+        def find_missing() -> None:
+            now = int(time.time() * 1000)
+            for key in sorted(keys):
+                logged = {metric.step for metric in self.client.get_metric_history(self.run_id, key)}
+                missing.extend(Metric(key, float(entry[key]), now, entry["step"]) for entry in recorded
+                               if key in entry and entry["step"] not in logged)
+            for start in range(0, len(missing), _BATCH):
+                self.client.log_batch(self.run_id, metrics=missing[start:start + _BATCH])
+
+        return len(missing) if self._call("replaying metrics.jsonl", find_missing) else 0
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def start_system_metrics(self, tracking: str) -> None:
+        """CPU, memory, disk, network (and GPU utilisation and memory with pynvml) every 10 s."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        try:
+            self._system_metrics = SystemMetricsMonitor(self.run_id, resume_logging=True,
+                                                        tracking_uri=tracking)
+            self._system_metrics.start()
+        except Exception as error:  # a store that went away between two calls
+            log.warning("MLflow system metrics not recorded: %s", _first_line(error))
+            self._system_metrics = None
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the run as FINISHED, FAILED or KILLED, after replaying what the store missed."""
+        if self._system_metrics is not None:
+            self._system_metrics.finish()
+            self._system_metrics = None
+        self.replay_metrics()
+        if not self._call(f"marking the run {status}",
+                          lambda: self.client.set_terminated(self.run_id, status)):
+            log.warning("MLflow run %s could not be marked %s; it shows its last status", self.run_id, status)
+
+    def _call(self, what: str, action: Callable[[], None]) -> bool:
+        """Run ``action``; on failure warn (once per outage) and return False instead of raising."""
+        if self.outage_since is not None and time.monotonic() - self._last_attempt < RETRY_AFTER_SECONDS:
+            return False
+        self._last_attempt = time.monotonic()
+        try:
+            _retry_while_locked(action)
+        except Exception as error:
+            if self.outage_since is None:
+                self.outage_since = time.monotonic()
+                kept = f"; metrics stay in {self.metrics_file} and are replayed" if self.metrics_file else ""
+                log.warning("MLflow: %s failed (%s); going on without tracking%s when the store is back",
+                            what, _first_line(error), kept)
+            return False
+        if self.outage_since is not None:
+            log.warning("MLflow: the store answers again after %.0f s", time.monotonic() - self.outage_since)
+            self.outage_since = None
+            self.replay_metrics()
+        return True
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of an error's message, credentials masked (MLflow's can be long)."""
+    lines = redact(str(error)).splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _retry_while_locked(call: Callable[[], None], attempts: int = 8) -> None:
+    for attempt in range(attempts):
+        try:
+            call()
+            return
+        except Exception as error:  # SQLite "database is locked" under parallel jobs
+            if "locked" not in str(error) or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+
+
+def _client(results_dir: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=tracking_uri(results_dir))
+
+
+def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str:
+    experiment = client.get_experiment_by_name(dataset)
+    if experiment is None:
+        # The embedded store keeps artifacts beside it (MLflow's default is ./mlruns in the
+        # working directory); a tracking server decides for itself.
+        artifacts = None
+        if not is_server(tracking_uri(results_dir)):
+            artifacts = (results_dir / "mlartifacts").resolve().as_uri()
+        try:
+            client.create_experiment(dataset, artifact_location=artifacts, tags=EXPERIMENT_KIND)
+        except mlflow.exceptions.MlflowException:  # created meanwhile by a parallel job
+            pass
+        experiment = client.get_experiment_by_name(dataset)
+    for key, value in EXPERIMENT_KIND.items():
+        if experiment.tags.get(key) != value:  # an experiment made by an earlier version
+            client.set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
+
+
+def start_variant_run(
+    results_dir: Path, dataset: str, variant: str, table3_row: str | None, run_id_dir: Path,
+    metrics_file: Path | None = None,
+) -> VariantRun:
+    """The training run of a variant: resumed if ``run_id_dir`` records one, else a new one."""
+    client = _client(results_dir)
+    recorded = run_id_dir / RUN_ID_FILE
+    if recorded.exists():
+        run_id = recorded.read_text().strip()
+        try:
+            client.update_run(run_id, status="RUNNING")
+            return VariantRun(client, run_id, metrics_file)
+        except mlflow.exceptions.MlflowException:
+            pass  # recorded in another store (MLFLOW_TRACKING_URI changed): start a new run
+    run = client.create_run(
+        _experiment_id(client, dataset, results_dir),
+        run_name=variant,
+        tags={"dataset": dataset, "variant": variant, "kind": "variant",
+              "table3_row": table3_row or "", **system_tags("train", variant)},
+    )
+    run_id_dir.mkdir(parents=True, exist_ok=True)
+    temporary = recorded.with_name(recorded.name + ".tmp")
+    temporary.write_text(run.info.run_id)
+    temporary.replace(recorded)
+    return VariantRun(client, run.info.run_id, metrics_file)
+
+
+def start_training_run(
+    results_dir: Path, dataset: str, variant: "ResolvedVariant", output_dir: Path,
+    data: "DataConfig | None" = None, world_size: int = 1,
+) -> VariantRun:
+    """A variant's run, ready for training: params, dataset inputs and system metrics logged."""
+    from reproduce.tracking.datasets import dataset_inputs
+
+    fail_fast_over_http()  # in a submitit job too, whose environment may not carry the launcher's
+    redact_credentials_in_logs()
+    run = start_variant_run(results_dir, dataset, variant.name, variant.table3_row,
+                            output_dir / "checkpoints", metrics_file=output_dir / "train" / "metrics.jsonl")
+    run.log_params(flat_params(variant, dataset) | {"world_size": world_size})
+    if data is not None:
+        run.log_datasets(dataset_inputs(data, results_dir / dataset / "data"))
+    run.start_system_metrics(tracking_uri(results_dir))
+    return run
+
+
+def find_variant_run(results_dir: Path, dataset: str, variant: str) -> VariantRun | None:
+    """The newest run of (dataset, variant), or None when it was never trained with tracking."""
+    client = _client(results_dir)
+    experiment = client.get_experiment_by_name(dataset)
+    if experiment is None:
+        return None
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.variant = '{variant}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return VariantRun(client, runs[0].info.run_id) if runs else None
+
+
+@contextmanager
+def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
+    """The run named 'tables' of the dataset's experiment (reused), holding the rendered tables."""
+    client = _client(results_dir)
+    experiment_id = _experiment_id(client, dataset, results_dir)
+    existing = client.search_runs([experiment_id], filter_string="tags.kind = 'tables'")
+    if existing:
+        run_id = existing[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+    else:
+        run_id = client.create_run(
+            experiment_id, run_name="tables", tags={"dataset": dataset, "kind": "tables"}
+        ).info.run_id
+    tracked = VariantRun(client, run_id)
+    tracked.set_tags(system_tags("tables", "tables"))
+    try:
+        yield tracked
+    except BaseException:
+        tracked.finish("FAILED")
+        raise
+    tracked.finish()
+
+
+def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
+    """A variant's resolved hyper-parameters as MLflow params: ``model.d_model``, ``training.steps``..."""
+    params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
+    for section in ("model", "training", "decoding", "resources"):
+        _flatten(getattr(variant, section).model_dump(), section, params)
+    return params
+
+
+def _flatten(values: dict[str, Any], prefix: str, into: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            _flatten(value, f"{prefix}.{key}", into)
+        else:
+            into[f"{prefix}.{key}"] = value

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# An MLflow tracking server for Slurm runs: `mlflow-server.sh start|stop|status`.
+#
+# Many Slurm jobs writing one SQLite file on a shared filesystem is unsafe (SQLite's locks do not
+# hold over NFS/Lustre), so on a cluster the jobs log over HTTP to one server, which alone writes
+# the SQLite store. Start it on one node (the login node, or a long job), then export what it prints
+# before `snakemake --profile slurm all`:
+#
+#   eval "$(scripts/mlflow-server.sh start)"      # prints: export MLFLOW_TRACKING_URI=http://<host>:<port>
+#
+# start   starts `mlflow server` with the SQLite store <dir>/mlflow.db and artifacts in
+#         <dir>/mlartifacts, waits until /health answers, prints the export line; when the server
+#         of <dir> is already running, prints its line again.
+# stop    stops it; fine when it is not running.
+# status  prints the export line; exits 1 when it is not running.
+#
+# Settings (environment): MLFLOW_SERVER_DIR (default results/mlflow-server), MLFLOW_SERVER_HOST
+# (default this node's name, reachable from the compute nodes; 127.0.0.1 for one machine),
+# MLFLOW_SERVER_PORT (default 5000), MLFLOW_SERVER_READY_TIMEOUT_S (default 120).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=${MLFLOW_SERVER_DIR:-$ROOT/results/mlflow-server}
+HOST=${MLFLOW_SERVER_HOST:-$(hostname -f 2>/dev/null || hostname)}
+PORT=${MLFLOW_SERVER_PORT:-5000}
+READY_TIMEOUT_S=${MLFLOW_SERVER_READY_TIMEOUT_S:-120}
+PID_FILE="$DIR/server.pid"
+URI_FILE="$DIR/server.uri"
+LOG_FILE="$DIR/server.log"
+
+log() { echo "mlflow-server: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+mlflow_command() {
+  if [ -x "$ROOT/.venv/bin/mlflow" ]; then echo "$ROOT/.venv/bin/mlflow"
+  elif command -v mlflow >/dev/null; then command -v mlflow
+  else die "no mlflow found (neither $ROOT/.venv/bin/mlflow nor on PATH); run scripts/install.sh"
+  fi
+}
+
+running() { [ -s "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
+
+healthy() {  # healthy URI: /health answers within 2 s
+  python3 - "$1/health" <<'EOF'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=2).read()
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+start() {
+  if running; then
+    echo "export MLFLOW_TRACKING_URI=$(cat "$URI_FILE")"
+    return
+  fi
+  mkdir -p "$DIR" || die "cannot create $DIR"
+  local mlflow uri
+  mlflow=$(mlflow_command)
+  uri="http://$HOST:$PORT"
+  # Its own session, so that it outlives the shell that started it.
+  setsid "$mlflow" server --host "$HOST" --port "$PORT" --workers 1 \
+    --backend-store-uri "sqlite:///$DIR/mlflow.db" --artifacts-destination "$DIR/mlartifacts" \
+    >"$LOG_FILE" 2>&1 </dev/null &
+  echo $! >"$PID_FILE"
+  echo "$uri" >"$URI_FILE"
+  local waited=0
+  until healthy "$uri"; do
+    if ! running; then
+      die "mlflow server exited; last lines of $LOG_FILE:"$'\n'"$(tail -n 20 "$LOG_FILE")"
+    fi
+    if [ "$waited" -ge "$READY_TIMEOUT_S" ]; then
+      stop
+      die "mlflow server at $uri did not answer within $READY_TIMEOUT_S s; see $LOG_FILE"
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  log "serving $DIR on $uri (log: $LOG_FILE)"
+  echo "export MLFLOW_TRACKING_URI=$uri"
+}
+
+stop() {
+  if running; then
+    local pid
+    pid=$(cat "$PID_FILE")
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"  # its session: gunicorn/uvicorn workers too
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    log "stopped"
+  fi
+  rm -f "$PID_FILE" "$URI_FILE"
+}
+
+status() {
+  running || { log "not running ($DIR)"; exit 1; }
+  echo "export MLFLOW_TRACKING_URI=$(cat "$URI_FILE")"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) die "usage: $0 start|stop|status" ;;
+esac
