@@ -4,6 +4,7 @@ BLEU -> Tables 2 and 3. Every step is a call to the `reproduce` package's comman
     snakemake --cores 2 all                                  # the embedded tiny default
     snakemake --cores 2 results/tiny/A_h1/bleu.json          # one variant's chain only
     snakemake --profile slurm all                            # the paper's WMT14 runs on Slurm
+    snakemake --report report.html                           # tables, plots and BLEU in one page
 """
 
 from snakemake.utils import min_version, validate
@@ -17,6 +18,9 @@ configfile: "configs/pipelines/tiny.yaml"
 validate(config, "workflow/schemas/pipeline.schema.yaml")
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
@@ -25,7 +29,13 @@ include: "workflow/rules/tables.smk"
 
 
 onstart:
-    shell(f"{REPRODUCE} init-tracking --results {RESULTS}")
+    # Snakemake's own interpreter (it imports reproduce to validate the experiments), also
+    # under --sdm conda, whose environments exist only for the jobs.
+    shell(
+        "{python:q} -m reproduce init-tracking --results {results:q}",
+        python=sys.executable,
+        results=RESULTS,
+    )
 
 
 rule all:

@@ -3,7 +3,7 @@
 # (slow end-to-end and Slurm tests included). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh test
+bash scripts/install.sh
 if ! bash scripts/local-slurm.sh start; then
   echo "Local Slurm could not be started: the Slurm tests will say why they skip." >&2
 fi

@@ -1,7 +1,9 @@
 """The real Snakemake DAG, end to end, on a shortened tiny experiment in a temporary folder."""
 
+import base64
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -69,6 +71,40 @@ def test_tables_hold_real_numbers_for_every_variant(pipeline):
     table3 = pd.read_csv(tables / "table3.csv")
     assert len(table3) == len(VARIANTS)
     assert "4.92" in (tables / "table3.md").read_text()  # the paper's base PPL beside ours
+
+
+def _reported_file(report: str, path: str) -> str:
+    """The content of `path` as embedded (base64 data URI) in a `snakemake --report` page."""
+    entry = report.index(f'"{path}": {{')
+    encoded = re.compile(r'"data_uri": "data:[^,"]*;base64,([A-Za-z0-9+/=]+)"').search(report, entry)
+    return base64.b64decode(encoded.group(1)).decode()
+
+
+def test_the_snakemake_report_holds_table_2_and_each_variants_bleu(pipeline):
+    result = _snakemake(pipeline, "--report", "report.html")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (pipeline / "report.html").read_text()
+    assert '"Table 2"' in report and '"Table 3"' in report
+    table2 = _reported_file(report, "results/tiny/tables/table2.md")
+    assert table2 == (pipeline / "results/tiny/tables/table2.md").read_text()
+    assert table2.startswith("# Table 2")
+    for variant in VARIANTS:
+        bleu = json.loads(_reported_file(report, f"results/tiny/{variant}/bleu.json"))
+        assert bleu == json.loads((pipeline / f"results/tiny/{variant}/bleu.json").read_text())
+
+
+def test_every_job_logged_and_the_heavy_ones_benchmarked(pipeline):
+    logs, benchmarks = pipeline / "results/logs/tiny", pipeline / "results/benchmarks/tiny"
+    assert "dev loss" in (logs / "train_base.log").read_text()  # training's stderr, captured
+    expected_logs = ["prepare_train", "train_bpe", "encode_train", "average_base",
+                     "decode_base_test_averaged", "score_base_dev_last", "summarize_base",
+                     "final_tables"]
+    for name in expected_logs:
+        assert (logs / f"{name}.log").exists(), name
+    for name in ["prepare_test", "train_bpe", "encode_dev", "train_A_h1",
+                 "decode_base_dev_last", "score_E_learned_test_averaged"]:
+        header, measured = (benchmarks / f"{name}.tsv").read_text().splitlines()
+        assert header.startswith("s\th:m:s") and float(measured.split("\t")[0]) > 0, name
 
 
 def test_each_variant_was_trained_decoded_and_scored(pipeline):

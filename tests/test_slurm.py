@@ -73,11 +73,11 @@ def test_the_tiny_dag_completes_through_the_slurm_profile_with_2_task_training(t
 
 
 def test_a_failing_job_names_its_slurm_log(tmp_path):
-    def broken_download(experiment):
+    # prepare, not download: download is a localrule (compute nodes may have no internet)
+    def missing_archive_member(experiment):
         _one_short_variant(experiment)
-        for split in ("train", "dev", "test"):
-            experiment["data"][split][0]["url"] = "file:configs/data/missing.tgz"
-    workdir = _workdir(tmp_path, broken_download)
+        experiment["data"]["dev"][0]["source_member"] = "dev/missing.src.sgm"
+    workdir = _workdir(tmp_path, missing_archive_member)
     result = _snakemake(workdir, "results/tiny/data/dev.src")
     assert result.returncode != 0
     output = result.stdout + result.stderr

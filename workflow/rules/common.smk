@@ -1,7 +1,10 @@
 """Experiments (validated at start-up), wildcard constraints and path helpers shared by the rules."""
 
+import os
+import shlex
 import sys
-from pathlib import Path
+
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from reproduce.config import ConfigError, load_experiment
 from reproduce.data.download import file_name as download_name
@@ -22,15 +25,26 @@ _LOADED = _load_experiments(config["experiments"])
 EXPERIMENTS = {name: experiment for name, (_, experiment) in _LOADED.items()}
 EXPERIMENT_FILES = {name: path for name, (path, _) in _LOADED.items()}
 RESULTS = config["results"]
-PYTHON = sys.executable
-REPRODUCE = f"{PYTHON} -m reproduce"
+CONDA_ENV = "../envs/reproduce.yaml"  # relative to workflow/rules/, where every rule lives
+
+
+def _job_python():
+    """The interpreter of the jobs: `python` of the rule's conda env under `--sdm conda`, else
+    the one running Snakemake (the project's .venv), so both deployments run the same CLI."""
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        return "python"
+    return sys.executable
+
+
+PYTHON = _job_python()
+
 
 wildcard_constraints:
     dataset="|".join(EXPERIMENTS),
     variant=r"[A-Za-z0-9_]+",
     split="train|dev|test",
     evaluated_split="dev|test",
-    checkpoint="last|averaged",
+    weights="last|averaged",
 
 
 def experiment_file(wildcards):
@@ -58,11 +72,58 @@ def variant_dir(dataset, variant):
     return f"{RESULTS}/{dataset}/{variant}"
 
 
+def tracking_root(wildcards):
+    """The results folder, which holds the MLflow store (mlflow.db) that every job logs to."""
+    return RESULTS
+
+
+def log_file(name):
+    return f"{RESULTS}/logs/{name}.log"
+
+
+def benchmark_file(name):
+    """Wall time and memory of one job (Snakemake's `benchmark:`), to size `set-resources`."""
+    return f"{RESULTS}/benchmarks/{name}.tsv"
+
+
 def table_files(dataset):
     return [f"{RESULTS}/{dataset}/tables/{name}" for name in TABLE_NAMES]
 
 
 TABLE_NAMES = [
-    "table2.md", "table2.csv", "table3.md", "table3.csv",
-    "bleu_vs_parameters.png", "dev_perplexity.png",
+    "table2.md",
+    "table2.csv",
+    "table3.md",
+    "table3.csv",
+    "bleu_vs_parameters.png",
+    "dev_perplexity.png",
 ]
+
+
+def weights_file(wildcards):
+    folder = variant_dir(wildcards.dataset, wildcards.variant)
+    if wildcards.weights == "last":
+        return f"{folder}/train/final.pt"
+    return f"{folder}/averaged.pt"
+
+
+def reported_table_file(name):
+    """A table output marked for `snakemake --report`, under the table or plot it belongs to."""
+    category = {"table2": "Table 2", "table3": "Table 3"}.get(name.split(".")[0], "Plots")
+    return report(
+        f"{RESULTS}/{{dataset}}/tables/{name}",
+        category=category,
+        subcategory="{dataset}",
+        labels={"dataset": "{dataset}", "file": name},
+    )
+
+
+def render_tables_command():
+    """One `reproduce tables` call per experiment, each argument quoted for the shell."""
+    return " && ".join(
+        shlex.join(
+            [PYTHON, "-m", "reproduce", "tables", "--experiment", path]
+            + ["--results", RESULTS, "--out-dir", f"{RESULTS}/{dataset}/tables"]
+        )
+        for dataset, path in EXPERIMENT_FILES.items()
+    )

@@ -13,18 +13,27 @@ def split_settings(dataset, split):
 
 
 
+localrules:
+    download,  # compute nodes often have no internet: fetch where Snakemake runs
+
+
 rule download:
     output:
         f"{RESULTS}/downloads/{{filename}}",
+    log:
+        log_file("download/{filename}"),
+    conda:
+        CONDA_ENV
     params:
+        python=PYTHON,
         experiment=lambda wildcards: EXPERIMENT_FILES[DOWNLOADS[wildcards.filename][0]],
         split=lambda wildcards: DOWNLOADS[wildcards.filename][1],
         source=lambda wildcards: DOWNLOADS[wildcards.filename][2].name,
-    log:
-        f"{RESULTS}/logs/download/{{filename}}.log",
+        out_dir=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
-        "{REPRODUCE} download --experiment {params.experiment} --split {params.split}"
-        " --source {params.source} --out-dir {RESULTS}/downloads 2> {log}"
+        "{params.python:q} -m reproduce download --experiment {params.experiment:q}"
+        " --split {params.split:q} --source {params.source:q} --out-dir {params.out_dir:q}"
+        " > {log:q} 2>&1"
 
 
 rule prepare:
@@ -34,14 +43,22 @@ rule prepare:
         source=f"{RESULTS}/{{dataset}}/data/{{split}}.src",
         target=f"{RESULTS}/{{dataset}}/data/{{split}}.tgt",
         report=f"{RESULTS}/{{dataset}}/data/{{split}}.report.json",
-    params:
-        experiment=experiment_file,
-        settings=lambda wildcards: split_settings(wildcards.dataset, wildcards.split),
     log:
-        f"{RESULTS}/logs/{{dataset}}/prepare_{{split}}.log",
+        log_file("{dataset}/prepare_{split}"),
+    benchmark:
+        benchmark_file("{dataset}/prepare_{split}")
+    conda:
+        CONDA_ENV
+    params:
+        python=PYTHON,
+        experiment=experiment_file,
+        downloads=f"{RESULTS}/downloads",
+        out_dir=f"{RESULTS}/{{dataset}}/data",
+        settings=lambda wildcards: split_settings(wildcards.dataset, wildcards.split),
     shell:
-        "{REPRODUCE} prepare --experiment {params.experiment} --split {wildcards.split}"
-        " --downloads {RESULTS}/downloads --out-dir {RESULTS}/{wildcards.dataset}/data 2> {log}"
+        "{params.python:q} -m reproduce prepare --experiment {params.experiment:q}"
+        " --split {wildcards.split:q} --downloads {params.downloads:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule train_bpe:
@@ -51,15 +68,22 @@ rule train_bpe:
     output:
         model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
         vocab=f"{RESULTS}/{{dataset}}/bpe/spm.vocab",
-    params:
-        experiment=experiment_file,
-        settings=lambda wildcards: EXPERIMENTS[wildcards.dataset].bpe.model_dump_json(),
-    threads: 16  # capped to --cores when run locally
     log:
-        f"{RESULTS}/logs/{{dataset}}/train_bpe.log",
+        log_file("{dataset}/train_bpe"),
+    benchmark:
+        benchmark_file("{dataset}/train_bpe")
+    conda:
+        CONDA_ENV
+    threads: 16  # capped to --cores when run locally
+    params:
+        python=PYTHON,
+        experiment=experiment_file,
+        model_prefix=f"{RESULTS}/{{dataset}}/bpe/spm",
+        settings=lambda wildcards: EXPERIMENTS[wildcards.dataset].bpe.model_dump_json(),
     shell:
-        "{REPRODUCE} train-bpe --experiment {params.experiment} --source {input.source}"
-        " --target {input.target} --model-prefix {RESULTS}/{wildcards.dataset}/bpe/spm 2> {log}"
+        "{params.python:q} -m reproduce train-bpe --experiment {params.experiment:q}"
+        " --source {input.source:q} --target {input.target:q}"
+        " --model-prefix {params.model_prefix:q} > {log:q} 2>&1"
 
 
 rule encode:
@@ -69,9 +93,16 @@ rule encode:
         target=f"{RESULTS}/{{dataset}}/data/{{split}}.tgt",
     output:
         directory(f"{RESULTS}/{{dataset}}/encoded/{{split}}"),
-    threads: 16  # capped to --cores when run locally
     log:
-        f"{RESULTS}/logs/{{dataset}}/encode_{{split}}.log",
+        log_file("{dataset}/encode_{split}"),
+    benchmark:
+        benchmark_file("{dataset}/encode_{split}")
+    conda:
+        CONDA_ENV
+    threads: 16  # capped to --cores when run locally
+    params:
+        python=PYTHON,
     shell:
-        "{REPRODUCE} encode --spm-model {input.model} --source {input.source}"
-        " --target {input.target} --out-dir {output} 2> {log}"
+        "{params.python:q} -m reproduce encode --spm-model {input.model:q}"
+        " --source {input.source:q} --target {input.target:q} --out-dir {output:q}"
+        " > {log:q} 2>&1"

@@ -1,57 +1,68 @@
-"""Beam search on dev/test with the last or the averaged checkpoint, then BLEU and perplexity.
+"""Beam search on dev/test with the last or the averaged weights, then BLEU and perplexity.
 
 Table 3 reads dev with the last checkpoint (the paper: no averaging); Table 2 reads test with
-the averaged one.
+the averaged one (Section 6.1). The wildcard `weights` (last|averaged) picks which.
 """
 
 
-def checkpoint_file(wildcards):
-    folder = variant_dir(wildcards.dataset, wildcards.variant)
-    if wildcards.checkpoint == "last":
-        return f"{folder}/train/final.pt"
-    return f"{folder}/averaged.pt"
+localrules:
+    summarize_variant,  # merges two small JSON files
 
 
 rule decode:
     input:
-        checkpoint=checkpoint_file,
+        checkpoint=weights_file,
         spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
         source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{checkpoint}}.txt",
+        f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
+    log:
+        log_file("{dataset}/decode_{variant}_{evaluated_split}_{weights}"),
+    benchmark:
+        benchmark_file("{dataset}/decode_{variant}_{evaluated_split}_{weights}")
+    conda:
+        CONDA_ENV
+    threads: config["training"].get("threads", 1)
     params:
+        python=PYTHON,
         experiment=experiment_file,
+        # an edited beam size or penalty replans decoding
         decoding=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
-        .decoding.model_dump_json(),  # an edited beam size or penalty replans decoding
-    threads: config["training"].get("threads", 1)
-    log:
-        f"{RESULTS}/logs/{{dataset}}/decode_{{variant}}_{{evaluated_split}}_{{checkpoint}}.log",
+        .decoding.model_dump_json(),
     shell:
-        "{REPRODUCE} decode --experiment {params.experiment} --variant {wildcards.variant}"
-        " --checkpoint {input.checkpoint} --spm-model {input.spm_model} --source {input.source}"
-        " --out {output} --threads {threads} 2> {log}"
+        "{params.python:q} -m reproduce decode --experiment {params.experiment:q}"
+        " --variant {wildcards.variant:q} --checkpoint {input.checkpoint:q}"
+        " --spm-model {input.spm_model:q} --source {input.source:q} --out {output:q}"
+        " --threads {threads} > {log:q} 2>&1"
 
 
 rule score:
     input:
-        translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{checkpoint}}.txt",
+        translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
         reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.tgt",
-        checkpoint=checkpoint_file,
+        checkpoint=weights_file,
         encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/scores/{{evaluated_split}}.{{checkpoint}}.json",
-    params:
-        experiment=experiment_file,
-    threads: config["training"].get("threads", 1)
+        f"{RESULTS}/{{dataset}}/{{variant}}/scores/{{evaluated_split}}.{{weights}}.json",
     log:
-        f"{RESULTS}/logs/{{dataset}}/score_{{variant}}_{{evaluated_split}}_{{checkpoint}}.log",
+        log_file("{dataset}/score_{variant}_{evaluated_split}_{weights}"),
+    benchmark:
+        benchmark_file("{dataset}/score_{variant}_{evaluated_split}_{weights}")
+    conda:
+        CONDA_ENV
+    threads: config["training"].get("threads", 1)
+    params:
+        python=PYTHON,
+        experiment=experiment_file,
+        results=tracking_root,
     shell:
-        "{REPRODUCE} score --experiment {params.experiment} --variant {wildcards.variant}"
-        " --split {wildcards.evaluated_split} --checkpoint-name {wildcards.checkpoint}"
-        " --translations {input.translations} --reference {input.reference}"
-        " --checkpoint {input.checkpoint} --encoded {input.encoded} --results {RESULTS}"
-        " --out {output} --threads {threads} 2> {log}"
+        "{params.python:q} -m reproduce score --experiment {params.experiment:q}"
+        " --variant {wildcards.variant:q} --split {wildcards.evaluated_split:q}"
+        " --checkpoint-name {wildcards.weights:q} --translations {input.translations:q}"
+        " --reference {input.reference:q} --checkpoint {input.checkpoint:q}"
+        " --encoded {input.encoded:q} --results {params.results:q} --out {output:q}"
+        " --threads {threads} > {log:q} 2>&1"
 
 
 rule summarize_variant:
@@ -59,7 +70,19 @@ rule summarize_variant:
         dev=f"{RESULTS}/{{dataset}}/{{variant}}/scores/dev.last.json",
         test=f"{RESULTS}/{{dataset}}/{{variant}}/scores/test.averaged.json",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/bleu.json",
+        report(
+            f"{RESULTS}/{{dataset}}/{{variant}}/bleu.json",
+            category="BLEU per variant",
+            subcategory="{dataset}",
+            labels={"dataset": "{dataset}", "variant": "{variant}"},
+        ),
+    log:
+        log_file("{dataset}/summarize_{variant}"),
+    conda:
+        CONDA_ENV
+    params:
+        python=PYTHON,
     shell:
-        "{REPRODUCE} summarize --dataset {wildcards.dataset} --variant {wildcards.variant}"
-        " --dev {input.dev} --test {input.test} --out {output}"
+        "{params.python:q} -m reproduce summarize --dataset {wildcards.dataset:q}"
+        " --variant {wildcards.variant:q} --dev {input.dev:q} --test {input.test:q}"
+        " --out {output:q} > {log:q} 2>&1"

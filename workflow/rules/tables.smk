@@ -1,6 +1,11 @@
 """Tables 2 and 3 beside the paper's numbers, as markdown, CSV and plots."""
 
 
+localrules:
+    final_tables,  # reads a few JSON files and renders small tables
+    tables,
+
+
 rule final_tables:
     input:
         lambda wildcards: [
@@ -8,19 +13,29 @@ rule final_tables:
             for variant in EXPERIMENTS[wildcards.dataset].variants
         ],
     output:
-        [f"{RESULTS}/{{dataset}}/tables/{name}" for name in TABLE_NAMES],
+        [reported_table_file(name) for name in TABLE_NAMES],
+    log:
+        log_file("{dataset}/final_tables"),
+    conda:
+        CONDA_ENV
     params:
+        python=PYTHON,
         experiment=experiment_file,
+        results=tracking_root,
+        out_dir=f"{RESULTS}/{{dataset}}/tables",
     shell:
-        "{REPRODUCE} tables --experiment {params.experiment} --results {RESULTS}"
-        " --out-dir {RESULTS}/{wildcards.dataset}/tables"
+        "{params.python:q} -m reproduce tables --experiment {params.experiment:q}"
+        " --results {params.results:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
+# Renders whatever has finished, marking missing cells; never triggers training.
 rule tables:
-    """Render whatever has finished, marking missing cells; never triggers training."""
-    run:
-        for dataset, experiment_path in EXPERIMENT_FILES.items():
-            shell(
-                "{REPRODUCE} tables --experiment {experiment_path} --results {RESULTS}"
-                " --out-dir {RESULTS}/{dataset}/tables"
-            )
+    log:
+        log_file("tables"),
+    conda:
+        CONDA_ENV
+    params:
+        # already quoted argument by argument (shlex.join), hence no `:q` below
+        render=render_tables_command(),
+    shell:
+        "({params.render}) > {log:q} 2>&1"

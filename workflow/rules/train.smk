@@ -14,31 +14,38 @@ def training_steps(wildcards):
     return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
 
 
-
 rule train:
-    # With the slurm launcher this rule runs where snakemake runs: it submits the training job
-    # through submitit (one task per GPU, requeued at its time limit) and waits for it.
-    localrule: config["training"]["launcher"] == "slurm"
     input:
         train=f"{RESULTS}/{{dataset}}/encoded/train",
         dev=f"{RESULTS}/{{dataset}}/encoded/dev",
     output:
         final=f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
         summary=f"{RESULTS}/{{dataset}}/{{variant}}/train/summary.json",
+    log:
+        log_file("{dataset}/train_{variant}"),
+    benchmark:
+        benchmark_file("{dataset}/train_{variant}")
+    # With the slurm launcher this rule runs where snakemake runs: it submits the training job
+    # through submitit (one task per GPU, requeued at its time limit) and waits for it.
+    localrule: config["training"]["launcher"] == "slurm"
+    conda:
+        CONDA_ENV
+    threads: config["training"].get("threads", 1)
     params:
+        python=PYTHON,
         experiment=experiment_file,
+        out_dir=f"{RESULTS}/{{dataset}}/{{variant}}",
+        results=tracking_root,
         launcher=config["training"]["launcher"],
         tasks=config["training"].get("tasks", 1),
         fingerprint=training_fingerprint,
         steps=training_steps,  # raising steps continues the run from its last checkpoint
-    threads: config["training"].get("threads", 1)
-    log:
-        f"{RESULTS}/logs/{{dataset}}/train_{{variant}}.log",
     shell:
-        "{REPRODUCE} train --experiment {params.experiment} --variant {wildcards.variant}"
-        " --train-data {input.train} --dev-data {input.dev}"
-        " --out-dir {RESULTS}/{wildcards.dataset}/{wildcards.variant} --results {RESULTS}"
-        " --launcher {params.launcher} --tasks {params.tasks} --threads {threads} 2> {log}"
+        "{params.python:q} -m reproduce train --experiment {params.experiment:q}"
+        " --variant {wildcards.variant:q} --train-data {input.train:q} --dev-data {input.dev:q}"
+        " --out-dir {params.out_dir:q} --results {params.results:q}"
+        " --launcher {params.launcher:q} --tasks {params.tasks} --threads {threads}"
+        " > {log:q} 2>&1"
 
 
 rule average:
@@ -46,12 +53,16 @@ rule average:
         f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
     output:
         f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
+    log:
+        log_file("{dataset}/average_{variant}"),
+    conda:
+        CONDA_ENV
     params:
+        python=PYTHON,
+        checkpoint_dir=f"{RESULTS}/{{dataset}}/{{variant}}/checkpoints",
         last=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
         .training.average_last,
-    log:
-        f"{RESULTS}/logs/{{dataset}}/average_{{variant}}.log",
     shell:
-        "{REPRODUCE} average --checkpoint-dir {RESULTS}/{wildcards.dataset}/{wildcards.variant}/checkpoints"
-        " --last {params.last} --out {output} 2> {log}"
+        "{params.python:q} -m reproduce average --checkpoint-dir {params.checkpoint_dir:q}"
+        " --last {params.last} --out {output:q} > {log:q} 2>&1"

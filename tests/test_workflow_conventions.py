@@ -1,0 +1,48 @@
+"""Snakemake's conventions: `snakemake --lint` and `snakefmt --check` find nothing, every value
+in a shell command is quoted, and jobs write their stdout and stderr to their `log:` file."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.project_copy import copy_workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_snakefmt_would_change_nothing():
+    result = _run([str(BIN / "snakefmt"), "--check", "Snakefile", "workflow"], ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def test_snakemake_lint_finds_nothing(tmp_path):
+    copy_workflow(tmp_path)
+    result = _run([str(BIN / "snakemake"), "--lint"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Lints for" not in result.stdout
+
+
+def test_a_results_folder_with_a_space_and_a_semicolon_is_passed_quoted(tmp_path):
+    copy_workflow(tmp_path)
+    results = "out dir; touch INJECTED; x"
+    pipeline = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline | {"results": results}))
+    target = f"{results}/tiny/data/test.src"  # download and prepare: seconds
+    command = [str(BIN / "snakemake"), "--cores", "1", "--configfile=pipeline.yaml", target]
+    result = _run(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (tmp_path / "INJECTED").exists()
+    folder = tmp_path / results
+    assert len((folder / "tiny/data/test.src").read_text().splitlines()) > 100
+    assert (folder / "mlflow.db").exists()  # the onstart hook got the folder whole too
+    assert (folder / "logs/download/tiny_corpus.tgz.log").exists()
+    assert (folder / "logs/tiny/prepare_test.log").exists()
+    benchmark = (folder / "benchmarks/tiny/prepare_test.tsv").read_text().splitlines()
+    assert benchmark[0].split("\t")[:2] == ["s", "h:m:s"] and len(benchmark) == 2
