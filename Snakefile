@@ -21,6 +21,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/references.smk"
 include: "workflow/rules/tables.smk"
 
 

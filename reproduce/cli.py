@@ -64,6 +64,17 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_references(args: argparse.Namespace) -> None:
+    from reproduce.data.references import write_references
+
+    experiment = _experiment(args)
+    with open(args.source_lines, encoding="utf-8", newline="\n") as prepared_source:
+        expected = sum(1 for _ in prepared_source)
+    count = write_references(getattr(experiment.data, args.split), Path(args.downloads),
+                             Path(args.out), expected_lines=expected)
+    log.info("%s: %d official references", args.out, count)
+
+
 def cmd_train_bpe(args: argparse.Namespace) -> None:
     from reproduce.data.bpe import train_sentencepiece
 
@@ -145,7 +156,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
-        Path(args.translations), Path(args.reference), experiment.target_lang
+        Path(args.translations), Path(args.reference), experiment.target_lang,
+        compound_split=experiment.scoring.compound_split,
     )
     scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
     _write_json(Path(args.out), scores)
@@ -216,6 +228,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--split", required=True, choices=["train", "dev", "test"])
     sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
     sub.add_argument("--out-dir", required=True)
+
+    sub = command("references", cmd_references,
+                  "the official dev/test references, as sacreBLEU reads them")
+    needs_experiment(sub)
+    sub.add_argument("--split", required=True, choices=["dev", "test"])
+    sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
+    sub.add_argument("--source-lines", required=True,
+                     help="the prepared source side of the split (one reference per line of it)")
+    sub.add_argument("--out", required=True)
 
     sub = command("train-bpe", cmd_train_bpe, "train the shared sentencepiece BPE model")
     needs_experiment(sub)

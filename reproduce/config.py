@@ -215,6 +215,14 @@ class TablesConfig(Strict):
     paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
 
 
+class ScoringConfig(Strict):
+    """How the paper-style tokenized BLEU is computed (see :mod:`reproduce.scoring.bleu`)."""
+
+    # get_ende_bleu.sh's ``a ##AT##-##AT## b`` split of hyphenated compounds after Moses
+    # tokenization (EN-DE as the paper; our choice for EN-FR is false).
+    compound_split: bool = True
+
+
 class Experiment(Strict):
     """A whole experiment file: one dataset with its model variants."""
 
@@ -229,6 +237,7 @@ class Experiment(Strict):
     resources: Resources = Resources()
     variants: dict[str, Variant] = Field(min_length=1)
     tables: TablesConfig = TablesConfig()
+    scoring: ScoringConfig = ScoringConfig()
     # Dev/test splits decoded for every variant.
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
 

@@ -33,7 +33,7 @@ rule decode:
 rule score:
     input:
         translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{checkpoint}}.txt",
-        reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.tgt",
+        reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.ref",
         checkpoint=checkpoint_file,
         encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
     output:
