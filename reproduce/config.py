@@ -209,8 +209,10 @@ class ResolvedVariant(Strict):
 class TablesConfig(Strict):
     # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)".
     table2: dict[Literal["base", "big"], str] = {}
-    # Peak single-precision rate used for the paper-style FLOPs estimate (paper: P100 = 9.5e12).
-    gpu_flops_per_second: float = Field(default=9.5e12, gt=0)
+    # Rate per GPU for the paper-style FLOPs estimate. None (the default): the datasheet peak of
+    # the GPU that ran, at its training precision (reproduce/tables/gpu_peak_rates.py; the
+    # paper's P100 = 9.5e12). Set it to force one rate for every run.
+    gpu_flops_per_second: float | None = Field(default=None, gt=0)
     # Which of the paper's language pairs our numbers are shown beside.
     paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
 
