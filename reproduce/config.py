@@ -147,6 +147,22 @@ class TrainingConfig(Strict):
     compile: bool = False
 
     @model_validator(mode="after")
+    def _averaged_checkpoints_evenly_spaced(self) -> "TrainingConfig":
+        """Section 6.1 averages checkpoints written at fixed intervals. Training always saves
+        its final step, so with step-triggered saving the final step must lie on the
+        ``every_steps`` grid, or the last interval averaged would be shorter than the others."""
+        every = self.checkpoints.every_steps
+        if self.checkpoints.every_minutes == 0 and self.average_last > 1 and self.steps % every:
+            lower, upper = self.steps - self.steps % every, self.steps - self.steps % every + every
+            raise ValueError(
+                f"steps ({self.steps}) must be a multiple of checkpoints.every_steps ({every}), "
+                f"so that the {self.average_last} averaged checkpoints are evenly spaced (the "
+                f"final step is always saved); e.g. steps {lower} or {upper}, or an every_steps "
+                f"that divides {self.steps}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _enough_checkpoints_kept(self) -> "TrainingConfig":
         if self.checkpoints.keep_last < self.average_last:
             raise ValueError(
