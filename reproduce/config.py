@@ -111,6 +111,10 @@ class ModelConfig(Strict):
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     # Longest position a learned embedding (row E) can represent.
     max_positions: int = Field(default=1024, gt=0)
+    # Restricted self-attention (section 4, Table 1): each position attends only to positions
+    # at most this far away (and, in the decoder, not ahead). None = unrestricted, as the paper's
+    # models; cross-attention is never restricted.
+    attention_radius: int | None = Field(default=None, ge=0)
 
 
 class CheckpointConfig(Strict):
