@@ -23,6 +23,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/references.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/table1.smk"
 
 
 onstart:

@@ -201,6 +201,18 @@ def cmd_tables(args: argparse.Namespace) -> None:
         print(path)
 
 
+def cmd_table1(args: argparse.Namespace) -> None:
+    from reproduce.tables.table1 import render_table1
+
+    lengths = [int(n) for n in args.lengths.split(",")]
+    if any(n <= 0 for n in lengths) or args.d_model % 8:
+        raise ValueError(f"--lengths {args.lengths} must be positive integers and --d-model "
+                         f"{args.d_model} a multiple of 8 (the heads)")
+    for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
+                              args.radius, args.threads, args.min_run_time):
+        print(path)
+
+
 # ------------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -305,6 +317,18 @@ def _parser() -> argparse.ArgumentParser:
     needs_experiment(sub)
     sub.add_argument("--results", required=True)
     sub.add_argument("--out-dir", required=True)
+
+    sub = command("table1", cmd_table1,
+                  "Table 1: complexity per layer, analytic and measured on this machine")
+    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--lengths", default="16,32,64,128,256,512,1024",
+                     help="sequence lengths n, comma-separated")
+    sub.add_argument("--d-model", type=int, default=512)
+    sub.add_argument("--kernel", type=int, default=3, help="convolution width k")
+    sub.add_argument("--radius", type=int, default=16, help="restricted self-attention's r")
+    sub.add_argument("--threads", type=int, default=1)
+    sub.add_argument("--min-run-time", type=float, default=0.2,
+                     help="seconds of repeated runs per timing")
     return parser
 
 
