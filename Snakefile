@@ -24,6 +24,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/references.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/table1.smk"
+include: "workflow/rules/figures.smk"
 
 
 onstart:

@@ -201,6 +201,30 @@ def cmd_tables(args: argparse.Namespace) -> None:
         print(path)
 
 
+def _integers(text: str, option: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
+
+
+def cmd_attention(args: argparse.Namespace) -> None:
+    from reproduce.figures.attention import plot_attention
+    from reproduce.tracking import find_variant_run
+
+    if args.results and not (args.dataset and args.variant):
+        raise ValueError("--results needs --dataset and --variant (the run to log the plots to)")
+    sentences = _integers(args.sentences, "--sentences")
+    layers = _integers(args.layers, "--layers") if args.layers else None
+    written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
+                             Path(args.target), sentences, layers, Path(args.out_dir))
+    run = find_variant_run(Path(args.results), args.dataset, args.variant) if args.results else None
+    for path in written:
+        if run is not None:
+            run.log_artifact(path, "figures")
+        print(path)
+
+
 def cmd_table1(args: argparse.Namespace) -> None:
     from reproduce.tables.table1 import render_table1
 
@@ -317,6 +341,20 @@ def _parser() -> argparse.ArgumentParser:
     needs_experiment(sub)
     sub.add_argument("--results", required=True)
     sub.add_argument("--out-dir", required=True)
+
+    sub = command("attention", cmd_attention,
+                  "Figures 3-5: plot the attention heads of chosen layers for chosen sentences")
+    sub.add_argument("--checkpoint", required=True)
+    sub.add_argument("--spm-model", required=True)
+    sub.add_argument("--source", required=True, help="source sentences, one per line")
+    sub.add_argument("--target", required=True,
+                     help="their translations (e.g. the model's own), one per line")
+    sub.add_argument("--sentences", default="0", help="0-based line numbers, comma-separated")
+    sub.add_argument("--layers", default=None, help="1-based layers, comma-separated (default: last)")
+    sub.add_argument("--out-dir", required=True)
+    sub.add_argument("--results", default=None, help="results root, to log to the variant's run")
+    sub.add_argument("--dataset", default=None)
+    sub.add_argument("--variant", default=None)
 
     sub = command("table1", cmd_table1,
                   "Table 1: complexity per layer, analytic and measured on this machine")
