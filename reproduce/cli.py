@@ -228,10 +228,14 @@ def cmd_attention(args: argparse.Namespace) -> None:
 def cmd_table1(args: argparse.Namespace) -> None:
     from reproduce.tables.table1 import render_table1
 
-    lengths = [int(n) for n in args.lengths.split(",")]
-    if any(n <= 0 for n in lengths) or args.d_model % 8:
-        raise ValueError(f"--lengths {args.lengths} must be positive integers and --d-model "
-                         f"{args.d_model} a multiple of 8 (the heads)")
+    lengths = _integers(args.lengths, "--lengths")
+    if any(n <= 0 for n in lengths):
+        raise ValueError(f"--lengths {args.lengths}: expected positive sequence lengths")
+    if args.d_model <= 0 or args.d_model % 8:
+        raise ValueError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
+    if args.kernel <= 0 or args.kernel % 2 == 0 or args.radius < 0:
+        raise ValueError(f"--kernel {args.kernel} must be odd and positive (same padding) and "
+                         f"--radius {args.radius} non-negative")
     for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
                               args.radius, args.threads, args.min_run_time):
         print(path)

@@ -55,6 +55,13 @@ def test_the_command_writes_markdown_csv_and_plot(tmp_path):
     assert (tmp_path / "table1.png").read_bytes().startswith(PNG_MAGIC)
 
 
-def test_bad_lengths_are_a_one_line_error(tmp_path):
-    with pytest.raises(SystemExit, match="--lengths 4,-1 must be positive"):
-        main(["table1", "--out-dir", str(tmp_path), "--lengths", "4,-1"])
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--lengths", "4,-1"], "--lengths 4,-1: expected positive sequence lengths"),
+    (["--lengths", "4,x"], "--lengths '4,x': expected comma-separated integers"),
+    (["--d-model", "20"], "--d-model 20: expected a positive multiple of 8"),
+    (["--kernel", "4"], "--kernel 4 must be odd and positive"),
+])
+def test_bad_arguments_are_one_line_errors_before_measuring(tmp_path, arguments, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["table1", "--out-dir", str(tmp_path / "t1")] + arguments)
+    assert not (tmp_path / "t1").exists()
