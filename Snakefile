@@ -25,7 +25,10 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/references.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/table1.smk"
+include: "workflow/rules/figures.smk"
 
 
 onstart:

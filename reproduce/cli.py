@@ -84,6 +84,17 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_references(args: argparse.Namespace) -> None:
+    from reproduce.data.references import write_references
+
+    experiment = _experiment(args)
+    with open(args.source_lines, encoding="utf-8", newline="\n") as prepared_source:
+        expected = sum(1 for _ in prepared_source)
+    count = write_references(getattr(experiment.data, args.split), Path(args.downloads),
+                             Path(args.out), expected_lines=expected)
+    log.info("%s: %d official references", args.out, count)
+
+
 def cmd_train_bpe(args: argparse.Namespace) -> None:
     from reproduce.data.bpe import train_sentencepiece
 
@@ -171,7 +182,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     _set_threads(args.threads)
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
     scores |= score_translations(
-        Path(args.translations), Path(args.reference), experiment.target_lang
+        Path(args.translations), Path(args.reference), experiment.target_lang,
+        compound_split=experiment.scoring.compound_split,
     )
     scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
     _write_json(Path(args.out), scores)
@@ -213,6 +225,46 @@ def cmd_tables(args: argparse.Namespace) -> None:
         for path in written:
             run.log_artifact(path, "tables")
     for path in written:
+        print(path)
+
+
+def _integers(text: str, option: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
+
+
+def cmd_attention(args: argparse.Namespace) -> None:
+    from reproduce.figures.attention import plot_attention
+    from reproduce.tracking import find_variant_run
+
+    if args.results and not (args.dataset and args.variant):
+        raise ValueError("--results needs --dataset and --variant (the run to log the plots to)")
+    sentences = _integers(args.sentences, "--sentences")
+    layers = _integers(args.layers, "--layers") if args.layers else None
+    written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
+                             Path(args.target), sentences, layers, Path(args.out_dir))
+    run = find_variant_run(Path(args.results), args.dataset, args.variant) if args.results else None
+    for path in written:
+        if run is not None:
+            run.log_artifact(path, "figures")
+        print(path)
+
+
+def cmd_table1(args: argparse.Namespace) -> None:
+    from reproduce.tables.table1 import render_table1
+
+    lengths = _integers(args.lengths, "--lengths")
+    if any(n <= 0 for n in lengths):
+        raise ValueError(f"--lengths {args.lengths}: expected positive sequence lengths")
+    if args.d_model <= 0 or args.d_model % 8:
+        raise ValueError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
+    if args.kernel <= 0 or args.kernel % 2 == 0 or args.radius < 0:
+        raise ValueError(f"--kernel {args.kernel} must be odd and positive (same padding) and "
+                         f"--radius {args.radius} non-negative")
+    for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
+                              args.radius, args.threads, args.min_run_time):
         print(path)
 
 
@@ -311,6 +363,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="folder of downloaded archives")
     sub.add_argument("--out-dir", required=True, help="folder for <split>.src/.tgt/.report.json")
 
+    sub = command("references", cmd_references,
+                  "the official dev/test references, as sacreBLEU reads them")
+    needs_experiment(sub)
+    sub.add_argument("--split", required=True, choices=["dev", "test"])
+    sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
+    sub.add_argument("--source-lines", required=True,
+                     help="the prepared source side of the split (one reference per line of it)")
+    sub.add_argument("--out", required=True)
+
     sub = command("train-bpe", cmd_train_bpe, "train the shared sentencepiece BPE model")
     needs_experiment(sub)
     sub.add_argument("--source", required=True, type=existing_file,
@@ -398,6 +459,33 @@ def _parser() -> argparse.ArgumentParser:
     needs_experiment(sub)
     sub.add_argument("--results", required=True, help="results root")
     sub.add_argument("--out-dir", required=True, help="folder for the tables and plots")
+
+    sub = command("attention", cmd_attention,
+                  "Figures 3-5: plot the attention heads of chosen layers for chosen sentences")
+    sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                     help="trained checkpoint (final.pt or averaged.pt)")
+    sub.add_argument("--spm-model", required=True, type=existing_file, help="sentencepiece model")
+    sub.add_argument("--source", required=True, help="source sentences, one per line")
+    sub.add_argument("--target", required=True,
+                     help="their translations (e.g. the model's own), one per line")
+    sub.add_argument("--sentences", default="0", help="0-based line numbers, comma-separated")
+    sub.add_argument("--layers", default=None, help="1-based layers, comma-separated (default: last)")
+    sub.add_argument("--out-dir", required=True, help="folder for the figures")
+    sub.add_argument("--results", default=None, help="results root, to log to the variant's run")
+    sub.add_argument("--dataset", default=None, help="dataset of the variant's MLflow run")
+    sub.add_argument("--variant", default=None, help="variant whose MLflow run gets the figures")
+
+    sub = command("table1", cmd_table1,
+                  "Table 1: complexity per layer, analytic and measured on this machine")
+    sub.add_argument("--out-dir", required=True, help="folder for table1.md, .csv and .png")
+    sub.add_argument("--lengths", default="16,32,64,128,256,512,1024",
+                     help="sequence lengths n, comma-separated")
+    sub.add_argument("--d-model", type=positive_int, default=512, help="model width d")
+    sub.add_argument("--kernel", type=positive_int, default=3, help="convolution width k")
+    sub.add_argument("--radius", type=positive_int, default=16, help="restricted self-attention's r")
+    needs_threads(sub)
+    sub.add_argument("--min-run-time", type=float, default=0.2,
+                     help="seconds of repeated runs per timing")
     return parser
 
 

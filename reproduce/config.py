@@ -118,6 +118,10 @@ class ModelConfig(Strict):
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
     # Longest position a learned embedding (row E) can represent.
     max_positions: int = Field(default=1024, gt=0)
+    # Restricted self-attention (section 4, Table 1): each position attends only to positions
+    # at most this far away (and, in the decoder, not ahead). None = unrestricted, as the paper's
+    # models; cross-attention is never restricted.
+    attention_radius: int | None = Field(default=None, ge=0)
 
 
 class CheckpointConfig(Strict):
@@ -167,6 +171,22 @@ class TrainingConfig(Strict):
                 f"tokens_per_step / micro_batches_per_step = {self.tokens_per_step} / "
                 f"{self.micro_batches_per_step} = {budget} tokens per micro-batch, more than "
                 f"max_tokens_per_device ({self.max_tokens_per_device}): raise micro_batches_per_step"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _averaged_checkpoints_evenly_spaced(self) -> "TrainingConfig":
+        """Section 6.1 averages checkpoints written at fixed intervals. Training always saves
+        its final step, so with step-triggered saving the final step must lie on the
+        ``every_steps`` grid, or the last interval averaged would be shorter than the others."""
+        every = self.checkpoints.every_steps
+        if self.checkpoints.every_minutes == 0 and self.average_last > 1 and self.steps % every:
+            lower, upper = self.steps - self.steps % every, self.steps - self.steps % every + every
+            raise ValueError(
+                f"steps ({self.steps}) must be a multiple of checkpoints.every_steps ({every}), "
+                f"so that the {self.average_last} averaged checkpoints are evenly spaced (the "
+                f"final step is always saved); e.g. steps {lower} or {upper}, or an every_steps "
+                f"that divides {self.steps}"
             )
         return self
 
@@ -236,10 +256,20 @@ class ResolvedVariant(Strict):
 class TablesConfig(Strict):
     # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)".
     table2: dict[Literal["base", "big"], str] = {}
-    # Peak single-precision rate used for the paper-style FLOPs estimate (paper: P100 = 9.5e12).
-    gpu_flops_per_second: float = Field(default=9.5e12, gt=0)
+    # Rate per GPU for the paper-style FLOPs estimate. None (the default): the datasheet peak of
+    # the GPU that ran, at its training precision (reproduce/tables/gpu_peak_rates.py; the
+    # paper's P100 = 9.5e12). Set it to force one rate for every run.
+    gpu_flops_per_second: float | None = Field(default=None, gt=0)
     # Which of the paper's language pairs our numbers are shown beside.
     paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
+
+
+class ScoringConfig(Strict):
+    """How the paper-style tokenized BLEU is computed (see :mod:`reproduce.scoring.bleu`)."""
+
+    # get_ende_bleu.sh's ``a ##AT##-##AT## b`` split of hyphenated compounds after Moses
+    # tokenization (EN-DE as the paper; our choice for EN-FR is false).
+    compound_split: bool = True
 
 
 class Experiment(Strict):
@@ -256,6 +286,7 @@ class Experiment(Strict):
     resources: Resources = Resources()
     variants: dict[str, Variant] = Field(min_length=1)
     tables: TablesConfig = TablesConfig()
+    scoring: ScoringConfig = ScoringConfig()
     # Dev/test splits decoded for every variant.
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
 

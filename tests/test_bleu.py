@@ -129,3 +129,39 @@ def test_line_count_mismatch_names_both_files(tmp_path):
     (tmp_path / "ref.txt").write_text("a\n")
     with pytest.raises(ValueError, match=r"hyp\.txt has 2 lines but .*ref\.txt has 1"):
         score_translations(tmp_path / "hyp.txt", tmp_path / "ref.txt", "de")
+
+
+def test_unicode_punctuation_is_replaced_before_tokenization_as_in_get_ende_bleu():
+    # replace-unicode-punctuation.perl: “ ” -> ", ’ -> ', … -> ...; German „ is not in its table.
+    assert paper_tokenize("„Ja“, sagte er… Er’s gut.", "de") == \
+        "„ Ja &quot; , sagte er ... Er &apos; s gut ."
+    # Curly and straight quotes now count as the same token: 100 instead of a mismatch.
+    assert tokenized_bleu(["Er sagte “ja” heute hier."], ['Er sagte "ja" heute hier.'], "de") \
+        == pytest.approx(100.0)
+
+
+def test_compound_split_can_be_turned_off_for_en_fr():
+    assert paper_tokenize("Un porte-parole", "fr", compound_split=False) == "Un porte-parole"
+    # Without the split "porte-avions" vs "porte-parole" is one wrong token among 4:
+    # 1-grams 3/4, 2-grams 1/3 (le navire), 3-grams 0/2 -> 0, as multi-bleu.perl.
+    hypothesis, reference = ["le navire porte-avions arrive"], ["le navire porte-parole arrive"]
+    assert tokenized_bleu(hypothesis, reference, "fr", compound_split=False) == \
+        multi_bleu_brute_force(hypothesis, reference) == 0.0
+    # With it: 6 tokens, 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3 (le navire porte ##AT##-##AT##).
+    assert tokenized_bleu(hypothesis, reference, "fr") == pytest.approx(
+        bleu_by_hand([5 / 6, 3 / 5, 2 / 4, 1 / 3], 6, 6))
+
+
+def test_multi_bleu_arithmetic_on_papinenis_example_counted_by_hand():
+    # Papineni et al. (2002)'s candidate 1 against its reference 1 alone, counted by hand:
+    # 18 vs 16 tokens (BP = 1); clipped 1-grams 11/18 (one "that", one "the", "party" != "Party"),
+    # 2-grams 8/17, 3-grams 6/16, 4-grams 4/15.
+    hypothesis = ["It is a guide to action which ensures that the military always obeys the "
+                  "commands of the party"]
+    reference = ["It is a guide to action that ensures that the military will forever heed "
+                 "Party commands"]
+    expected = bleu_by_hand([11 / 18, 8 / 17, 6 / 16, 4 / 15], 18, 16)
+    assert expected == pytest.approx(41.18, abs=0.01)
+    assert multi_bleu_brute_force(hypothesis, reference) == pytest.approx(expected)
+    assert tokenized_bleu(hypothesis, reference, "en", compound_split=False) == \
+        pytest.approx(expected)

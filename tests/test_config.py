@@ -102,3 +102,35 @@ def test_averaging_more_checkpoints_than_kept_is_rejected(tmp_path):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"nothere\.yaml: cannot read"):
         load_experiment(tmp_path / "nothere.yaml")
+
+
+def test_a_final_step_off_the_checkpoint_grid_is_rejected_naming_the_fields(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(steps=620))
+    with pytest.raises(ConfigError, match=r"bad\.yaml: training: steps \(620\) must be a multiple "
+                       r"of checkpoints\.every_steps \(50\).*e\.g\. steps 600 or 650"):
+        load_experiment(path)
+    path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["A_h1"].update(
+        training={"steps": 630}))
+    with pytest.raises(ConfigError, match=r"variants\.A_h1\.training: steps \(630\)"):
+        load_experiment(path)
+
+
+def test_wall_clock_checkpoints_are_not_held_to_the_step_grid(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: (
+        raw["training"].update(steps=620), raw["training"]["checkpoints"].update(every_minutes=10)))
+    assert load_experiment(path).training.steps == 620
+
+
+@pytest.mark.parametrize("name", ["wmt14_en_de", "wmt14_en_fr", "tiny"])
+def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
+    experiment = load_experiment(ROOT / f"configs/{name}.yaml")
+    for variant in experiment.variants:
+        training = experiment.variant(variant).training
+        every, k = training.checkpoints.every_steps, training.average_last
+        # Saved steps: the multiples of every_steps, and the final step (always saved).
+        saved = sorted(set(range(every, training.steps + 1, every)) | {training.steps})
+        gaps = {b - a for a, b in zip(saved[-k:], saved[-k:][1:])}
+        assert gaps == {every}, (name, variant, saved[-k:])
+    if name == "wmt14_en_de":
+        base = experiment.variant("base").training
+        assert base.steps == 100_000 and base.checkpoints.every_steps == 1250

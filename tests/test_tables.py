@@ -11,7 +11,9 @@ from reproduce.config import Experiment, load_experiment
 from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
+from reproduce.tables.gpu_peak_rates import peak_rate
 from reproduce.tables.results import read_variant
+from reproduce.tables.table2 import build_table2
 from reproduce.tables.table3 import build_table3
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +131,9 @@ def test_table2_computes_the_difference_and_the_training_cost(results, tmp_path)
     assert (base["BLEU (tokenized)"], base["sacreBLEU"], base["paper BLEU"]) == (23.25, 22.0, 27.3)
     assert base["BLEU - paper"] == pytest.approx(23.25 - 27.3)
     assert base["GPU-hours"] == 2.0 and base["device"] == "2 x NVIDIA H100"
-    assert base["FLOPs (GPU-hours x rate)"] == pytest.approx(2.0 * 3600 * 9.5e12)
+    # The toy trains in fp32: the H100's FP32 peak, not the paper's P100 rate.
+    assert base["rate basis"] == "H100 SXM, fp32 peak" and base["peak FLOPs/s per GPU"] == 67e12
+    assert base["FLOPs (GPU-hours x rate)"] == pytest.approx(2.0 * 3600 * 67e12)
     assert base["FLOPs (6 x params x tokens)"] == pytest.approx(6 * 2_000_000 * (1000 + 1500))
     assert base["paper FLOPs"] == pytest.approx(3.3e18)
     big = table.loc["Transformer (big)"]
@@ -265,3 +269,51 @@ def test_every_table3_variant_of_the_wmt14_en_de_config_matches_its_paper_row():
             assert getattr(variant.model, field) == expected, (name, column)
         steps = row["train_steps"] if pd.notna(row["train_steps"]) else base["train_steps"]
         assert variant.training.steps == steps, name
+
+
+@pytest.mark.parametrize(("device", "precision", "expected"), [
+    ("Tesla P100-PCIE-16GB", "fp32", 9.5e12),  # the paper's figure
+    ("Tesla V100-SXM2-32GB", "fp32", 15.7e12),
+    ("Tesla V100-PCIE-16GB", "fp32", 14.0e12),
+    ("Tesla V100-SXM2-32GB", "bf16", None),  # no BF16 units
+    ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+    ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
+    ("NVIDIA H100 PCIe", "fp32", 51e12),
+    ("NVIDIA H200", "bf16", 989e12),
+    ("NVIDIA GeForce RTX 4090", "bf16", None),
+    (None, "fp32", None),
+])
+def test_peak_rate_of_the_gpu_that_ran(device, precision, expected):
+    rate = peak_rate(device, precision)
+    assert (rate.flops_per_second if rate else None) == expected
+
+
+def _cost_row(tmp_path, device, precision="fp32", rate_override=None) -> pd.Series:
+    experiment = make_experiment()
+    tables = experiment.tables.model_dump() | {"gpu_flops_per_second": rate_override}
+    base = experiment.model_dump() | {"tables": tables}
+    base["training"] = base["training"] | {"precision": precision}
+    experiment = Experiment.model_validate(base)
+    write_json(tmp_path / "results/toy/base/train/summary.json", {
+        "parameters": 10, "source_tokens": 1, "target_tokens": 1, "gpu_hours": 3.0,
+        "world_size": 1, "device": device})
+    return build_table2(experiment, tmp_path / "results").set_index("model").loc[
+        "Transformer (base model)"]
+
+
+def test_table2_rate_follows_the_precision_trained_in(tmp_path):
+    row = _cost_row(tmp_path, "NVIDIA H100 80GB HBM3", precision="bf16")
+    assert row["rate basis"] == "H100 SXM, bf16 peak"
+    assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(3.0 * 3600 * 989e12)
+
+
+def test_table2_unknown_gpu_gets_no_paper_style_estimate(tmp_path):
+    row = _cost_row(tmp_path, "NVIDIA GeForce RTX 4090", precision="bf16")
+    assert row["rate basis"] == "unknown: NVIDIA GeForce RTX 4090, bf16"
+    assert pd.isna(row["FLOPs (GPU-hours x rate)"]) and pd.isna(row["peak FLOPs/s per GPU"])
+
+
+def test_table2_configured_rate_overrides_the_lookup(tmp_path):
+    row = _cost_row(tmp_path, "NVIDIA GeForce RTX 4090", rate_override=9.5e12)
+    assert row["rate basis"] == "tables.gpu_flops_per_second"
+    assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(3.0 * 3600 * 9.5e12)

@@ -10,9 +10,19 @@ self-attention, K and V together for encoder-decoder attention. The attention it
 memory-efficient, then the plain math path. cuDNN's attention is left out: it builds an execution
 plan for every new (batch, length) shape, and on an H100 batches of unseen shapes ran 6x slower
 with it (17k vs 104k target tokens/s for base, issue 10).
+
+Two additions beyond the base model:
+
+* **restricted self-attention** (section 4, Table 1's last row): with ``radius`` r, position i
+  attends only to positions j with |i - j| <= r (and j <= i in the decoder), a band mask;
+* **inspection** (Figures 3-5): the fused kernel returns no weights, so ``attention_weights``
+  recomputes softmax(Q K^T / sqrt(d_k)) from the module's own projections and masks, off the
+  training path (training never calls it).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +36,16 @@ def _xavier_blocks(weight: Tensor, sizes: list[int]) -> None:
     """Xavier-uniform initialisation of each projection inside a fused weight, as if separate."""
     for block in torch.split(weight.data, sizes, dim=0):
         nn.init.xavier_uniform_(block)
+
+
+def band_mask(queries: int, keys: int, radius: int, causal: bool, offset: int = 0,
+              device: torch.device | None = None) -> Tensor:
+    """``[queries, keys]``, True where query position ``offset + i`` may attend key position j:
+    |offset + i - j| <= radius, and j <= offset + i when ``causal``."""
+    query_positions = torch.arange(offset, offset + queries, device=device)[:, None]
+    distance = query_positions - torch.arange(keys, device=device)[None, :]
+    allowed = distance.abs() <= radius
+    return allowed & (distance >= 0) if causal else allowed
 
 
 class _HeadsAttention(nn.Module):
@@ -53,12 +73,25 @@ class _HeadsAttention(nn.Module):
         batch, _, length, _ = context.shape
         return self.output(context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
 
+    def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """softmax(Q K^T / sqrt(d_k)) under the same masks as ``_attend``: ``[B, h, Tq, Tk]``."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if causal:
+            earlier = band_mask(q.size(2), k.size(2), k.size(2), causal=True, device=q.device)
+            mask = earlier if mask is None else mask & earlier
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(dim=-1)
+
 
 class SelfAttention(_HeadsAttention):
-    """Queries, keys and values from the same sequence; optionally causal (decoder, section 3.2.3)."""
+    """Queries, keys and values from the same sequence; optionally causal (decoder, section 3.2.3)
+    and restricted to a neighbourhood of ``radius`` positions (section 4; None = unrestricted)."""
 
-    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
+    def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float,
+                 radius: int | None = None):
         super().__init__(d_model, heads, d_k, d_v, dropout)
+        self.radius = radius
         self.sizes = [heads * d_k, heads * d_k, heads * d_v]
         self.qkv = nn.Linear(d_model, sum(self.sizes))
         _xavier_blocks(self.qkv.weight, self.sizes)
@@ -75,6 +108,7 @@ class SelfAttention(_HeadsAttention):
         q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
         mask = None if key_padding is None else ~key_padding[:, None, None, :]
         if cache is None:
+            mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
             return self._attend(q, k, v, mask, causal)
         # Incremental decoding: the new positions attend to every cached one and to themselves.
         previous = 0
@@ -86,7 +120,32 @@ class SelfAttention(_HeadsAttention):
         new = q.size(2)
         if causal and new > 1:
             mask = torch.ones(new, previous + new, dtype=torch.bool, device=x.device).tril(previous)
+        mask, _ = self._restrict(mask, causal, new, previous + new, offset=previous)
         return self._attend(q, k, v, mask, causal=False)
+
+    def _restrict(self, mask: Tensor | None, causal: bool, queries: int, keys: int,
+                  offset: int, key_padding: Tensor | None = None) -> tuple[Tensor | None, bool]:
+        """Adds the band of restricted self-attention to ``mask`` (the causal part included,
+        as SDPA takes either an explicit mask or ``is_causal``); unchanged without a radius.
+
+        A padding position may be further than the radius from every real token. So that its
+        (unused) row is never fully masked (a NaN row in the recomputed softmax, and not every
+        SDPA kernel returns zeros there), padding queries may attend padding keys in their band."""
+        if self.radius is None:
+            return mask, causal
+        band = band_mask(queries, keys, self.radius, causal, offset, device=self.qkv.weight.device)
+        if key_padding is not None:
+            return band & (~key_padding[:, None, None, :] | key_padding[:, None, :, None]), False
+        return (band if mask is None else mask & band), False
+
+    def attention_weights(self, x: Tensor, key_padding: Tensor | None = None,
+                          causal: bool = False) -> Tensor:
+        """The weights ``forward`` applies to V, ``[B, h, T, T]`` (inspection only)."""
+        q, k, _ = self.qkv(x).split(self.sizes, dim=-1)
+        q, k = self._split(q, self.d_k), self._split(k, self.d_k)
+        mask = None if key_padding is None else ~key_padding[:, None, None, :]
+        mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
+        return self._weights(q, k, mask, causal)
 
 
 class CrossAttention(_HeadsAttention):
@@ -118,3 +177,9 @@ class CrossAttention(_HeadsAttention):
             if cache is not None:
                 cache["keys"], cache["values"] = k, v
         return self._attend(q, k, v, ~memory_padding[:, None, None, :], causal=False)
+
+    def attention_weights(self, x: Tensor, memory: Tensor, memory_padding: Tensor) -> Tensor:
+        """The weights ``forward`` applies to V, ``[B, h, T, S]`` (inspection only)."""
+        q = self._split(self.query(x), self.d_k)
+        k = self._split(self.kv(memory).split(self.kv_sizes, dim=-1)[0], self.d_k)
+        return self._weights(q, k, ~memory_padding[:, None, None, :], causal=False)

@@ -30,7 +30,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
-        self.attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
+        self.attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout,
+                                       c.attention_radius)
         self.attention_residual = Residual(c.d_model, c.dropout)
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff)
         self.feed_forward_residual = Residual(c.d_model, c.dropout)
@@ -46,7 +47,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         c = config
-        self.self_attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
+        self.self_attention = SelfAttention(c.d_model, c.heads, c.d_k, c.d_v,
+                                            c.attention_dropout, c.attention_radius)
         self.self_attention_residual = Residual(c.d_model, c.dropout)
         self.cross_attention = CrossAttention(c.d_model, c.heads, c.d_k, c.d_v, c.attention_dropout)
         self.cross_attention_residual = Residual(c.d_model, c.dropout)

@@ -61,3 +61,25 @@ def dev_perplexity_figure(results: dict[str, VariantResults], dataset: str) -> F
         _say_no_results_yet(axes)
     axes.set(xlabel="training step", ylabel="dev perplexity", title=f"{dataset}: dev perplexity")
     return figure
+
+
+def table1_figure(measured: pd.DataFrame, machine: str) -> Figure:
+    """Table 1 measured: FLOPs and wall time per layer against n, log-log, one line per layer."""
+    figure, (flops_axes, time_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for layer, rows in measured.groupby("layer", sort=False):
+        flops_axes.plot(rows["n"], rows["FLOPs counted"], marker="o", label=layer)
+        time_axes.plot(rows["n"], rows["wall ms"], marker="o", label=layer)
+        if not (rows["FLOPs formula"] == rows["FLOPs counted"]).all():  # the band-only count
+            flops_axes.plot(rows["n"], rows["FLOPs formula"], linestyle="--",
+                            label=f"{layer}, band only (formula)")
+    for axes, label in ((flops_axes, "FLOPs per layer (counted)"), (time_axes, "wall ms per layer")):
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xlabel("sequence length n")
+        axes.set_ylabel(label)
+        axes.grid(True, which="both", alpha=0.3)
+    d = int(measured["d"].iloc[0])
+    flops_axes.legend(fontsize=7)
+    time_axes.legend(fontsize=7)
+    figure.suptitle(f"Table 1 measured, d = {d}: {machine}", fontsize=9)
+    return figure

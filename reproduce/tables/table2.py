@@ -4,7 +4,9 @@ cost, our Transformer base and big beside the paper's, then the paper's other sy
 The training cost is estimated two ways:
 
 * the paper's (Table 2, footnote): training time x number of GPUs x a sustained rate per GPU,
-  i.e. GPU-hours x 3600 x ``tables.gpu_flops_per_second``;
+  i.e. GPU-hours x 3600 x the peak rate of the GPU that ran, at the precision it trained in
+  (:mod:`reproduce.tables.gpu_peak_rates`; the paper used 9.5e12 for its P100s), or
+  ``tables.gpu_flops_per_second`` when that is set;
 * analytically, 6 x parameters x tokens processed (2 FLOPs per parameter and token forward,
   4 backward), counting source and target tokens alike.
 """
@@ -16,18 +18,21 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
+from reproduce.tables.gpu_peak_rates import peak_rate
 from reproduce.tables.paper import paper_table2
 from reproduce.tables.results import VariantResults, read_variant
 
 CITED = "cited, not reproduced"
 COLUMNS = ["model", "status", "device", "BLEU (tokenized)", "sacreBLEU", "paper BLEU",
-           "BLEU - paper", "GPU-hours", "FLOPs (GPU-hours x rate)",
+           "BLEU - paper", "GPU-hours", "rate basis", "peak FLOPs/s per GPU",
+           "FLOPs (GPU-hours x rate)",
            "FLOPs (6 x params x tokens)", "paper FLOPs"]
 
 
-def paper_style_flops(gpu_hours: float | None, gpu_flops_per_second: float) -> float | None:
-    """Training time x GPUs x sustained rate; None for runs without GPU time."""
-    if not gpu_hours:
+def paper_style_flops(gpu_hours: float | None,
+                      gpu_flops_per_second: float | None) -> float | None:
+    """Training time x GPUs x sustained rate; None for runs without GPU time or rate."""
+    if not gpu_hours or gpu_flops_per_second is None:
         return None
     return gpu_hours * 3600 * gpu_flops_per_second
 
@@ -40,6 +45,20 @@ def analytic_flops(parameters: int | None, source_tokens: int | None,
     return 6.0 * parameters * (source_tokens + target_tokens)
 
 
+def _rate(experiment: Experiment, variant: str, device: str | None,
+          gpu_hours: float | None) -> tuple[str | None, float | None]:
+    """What the paper-style estimate multiplies by, and how it was chosen."""
+    if not gpu_hours:
+        return None, None
+    if experiment.tables.gpu_flops_per_second is not None:
+        return "tables.gpu_flops_per_second", experiment.tables.gpu_flops_per_second
+    precision = experiment.variant(variant).training.precision
+    known = peak_rate(device, precision)
+    if known is None:
+        return f"unknown: {device}, {precision}", None
+    return f"{known.gpu}, {known.precision} peak", known.flops_per_second
+
+
 def _difference(ours: float | None, paper: float) -> float | None:
     return None if ours is None or pd.isna(paper) else ours - paper
 
@@ -49,9 +68,10 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
     ours = results.test("tokenized_bleu")
     gpu_hours = results.trained("gpu_hours")
     status = f"ours: {variant}" if results.scores is not None else f"{results.status} ({variant})"
-    device = results.trained("device")
+    device = gpu = results.trained("device")
     if device is not None and results.trained("world_size"):
         device = f"{results.trained('world_size')} x {device}"
+    rate_basis, rate = _rate(experiment, variant, gpu, gpu_hours)
     return {
         "status": status,
         "device": device,
@@ -60,8 +80,9 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
         "paper BLEU": paper_bleu,
         "BLEU - paper": _difference(ours, paper_bleu),
         "GPU-hours": gpu_hours,
-        "FLOPs (GPU-hours x rate)": paper_style_flops(
-            gpu_hours, experiment.tables.gpu_flops_per_second),
+        "rate basis": rate_basis,
+        "peak FLOPs/s per GPU": rate,
+        "FLOPs (GPU-hours x rate)": paper_style_flops(gpu_hours, rate),
         "FLOPs (6 x params x tokens)": analytic_flops(
             results.trained("parameters"), results.trained("source_tokens"),
             results.trained("target_tokens")),
@@ -87,6 +108,19 @@ def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(ours + cited, columns=COLUMNS)
 
 
+def _tokenized_bleu_note(experiment: Experiment) -> str:
+    if experiment.scoring.compound_split:
+        steps = ("the paper's scoring (tensor2tensor's get_ende_bleu.sh): Moses "
+                 "replace-unicode-punctuation and tokenization, hyphenated compounds split as "
+                 "`a ##AT##-##AT## b`, multi-bleu.perl")
+    else:
+        steps = ("Moses replace-unicode-punctuation and tokenization, multi-bleu.perl, without "
+                 "get_ende_bleu.sh's ##AT## compound split (scoring.compound_split: false; the "
+                 "paper does not say how EN-FR was tokenized, this is our choice)")
+    return (f"BLEU (tokenized): {steps}, on hypotheses and official references alike. "
+            "BLEU - paper = BLEU (tokenized) - paper BLEU.")
+
+
 def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:
     """Heading, what was measured, and the notes printed under the table."""
     pair = experiment.tables.paper_language_pair.replace("_", "-").upper()
@@ -97,14 +131,17 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
     signatures = {read_variant(results_dir, experiment.name, variant).test("sacrebleu_signature")
                   for variant in experiment.tables.table2.values()} - {None}
     notes = [
-        "BLEU (tokenized): the paper's scoring (tensor2tensor's get_ende_bleu.sh): Moses "
-        "tokenization, hyphenated compounds split as `a ##AT##-##AT## b`, multi-bleu.perl. "
-        "BLEU - paper = BLEU (tokenized) - paper BLEU.",
-        "sacreBLEU on detokenized output" + (f": `{'`, `'.join(sorted(signatures))}`."
-                                               if signatures else "."),
-        "FLOPs (GPU-hours x rate): the paper's estimate, GPU-hours x 3600 s x "
-        f"{experiment.tables.gpu_flops_per_second:.3g} FLOP/s per GPU (tables.gpu_flops_per_second;"
-        " the paper used 9.5e12 for its P100s); — for runs without GPU time.",
+        _tokenized_bleu_note(experiment),
+        "sacreBLEU on detokenized output against the official references as released (read as "
+        "`sacrebleu -t` reads them, not normalised)" + (
+            f": `{'`, `'.join(sorted(signatures))}`." if signatures else "."),
+        "FLOPs (GPU-hours x rate): the paper's estimate, GPU-hours x 3600 s x a rate per GPU. "
+        "The paper used 9.5e12 FLOP/s for its P100s; we use the datasheet peak of the GPU that "
+        "ran (rate basis), at its training precision: fp32 = the FP32 peak without tensor cores, "
+        "bf16 = the dense BF16 tensor-core peak; tables.gpu_flops_per_second, when set, "
+        "overrides it. — for runs without GPU time, and for a GPU/precision not in "
+        "reproduce/tables/gpu_peak_rates.py (rate basis says 'unknown'; set "
+        "tables.gpu_flops_per_second to estimate it).",
         "FLOPs (6 x params x tokens): 6 FLOPs per parameter per token (2 forward, 4 backward) "
         "times the source + target tokens processed in training. An approximation: every "
         "parameter is counted for every source and every target token, although a token passes "

@@ -1,12 +1,13 @@
 """Experiments (validated at start-up), wildcard constraints and path helpers shared by the rules."""
 
+import json
 import os
 import shlex
 import sys
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reproduce.config import ConfigError, load_experiment
+from reproduce.config import ConfigError, fingerprint, load_experiment, trained_settings
 from reproduce.data.download import file_name as download_name
 
 
@@ -127,3 +128,22 @@ def render_tables_command():
         )
         for dataset, path in EXPERIMENT_FILES.items()
     )
+
+
+def split_settings(dataset, split):
+    data = EXPERIMENTS[dataset].data
+    sources = [source.model_dump(mode="json") for source in getattr(data, split)]
+    return json.dumps(
+        {"sources": sources, "cleaning": data.cleaning.model_dump(mode="json")}, sort_keys=True
+    )
+
+
+def training_fingerprint(wildcards):
+    """Digest of what the variant's weights depend on: a changed value replans this variant's
+    training and what follows it, and nothing else (rerun-triggers params)."""
+    experiment = EXPERIMENTS[wildcards.dataset]
+    return fingerprint(trained_settings(experiment.variant(wildcards.variant), experiment))
+
+
+def training_steps(wildcards):
+    return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps

@@ -3,15 +3,6 @@
 The settings a step reads from the experiment file are its params, so that editing them replans
 that step and what follows (rerun-triggers params)."""
 
-import json
-
-
-def split_settings(dataset, split):
-    data = EXPERIMENTS[dataset].data
-    sources = [source.model_dump(mode="json") for source in getattr(data, split)]
-    return json.dumps({"sources": sources, "cleaning": data.cleaning.model_dump(mode="json")}, sort_keys=True)
-
-
 
 localrules:
     download,  # compute nodes often have no internet: fetch where Snakemake runs

@@ -40,7 +40,7 @@ rule decode:
 rule score:
     input:
         translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
-        reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.tgt",
+        reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.ref",
         checkpoint=weights_file,
         encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
     output:

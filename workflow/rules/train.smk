@@ -1,18 +1,5 @@
 """Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints."""
 
-from reproduce.config import fingerprint, trained_settings
-
-
-def training_fingerprint(wildcards):
-    """Digest of what the variant's weights depend on: a changed value replans this variant's
-    training and what follows it, and nothing else (rerun-triggers params)."""
-    experiment = EXPERIMENTS[wildcards.dataset]
-    return fingerprint(trained_settings(experiment.variant(wildcards.variant), experiment))
-
-
-def training_steps(wildcards):
-    return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
-
 
 rule train:
     input:

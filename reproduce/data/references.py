@@ -1,0 +1,74 @@
+"""The official dev/test references, read exactly as sacreBLEU reads them (section 6.1's BLEU).
+
+``sacrebleu -t wmt14/full -l en-de`` scores against the reference side of the released files,
+not against a cleaned copy: no Unicode normalisation, no HTML unescaping. Its readers
+(``sacrebleu.dataset``) do only this per format:
+
+* ``sgm`` (WMT's "fake SGML", ``FakeSGMLDataset``): every line that starts with ``<seg `` becomes
+  one reference, ``re.sub(r"<seg.*?>(.*)</seg>.*?", r"\\1", line)``, then leading and trailing
+  whitespace stripped and inner runs of whitespace collapsed to one space (``Dataset._clean``);
+* ``text`` (``PlainTextDataset``): each line with its trailing whitespace stripped;
+* ``tsv`` (``TSVDataset``): the target column of each line, the newline removed.
+
+So the reference file scored here is what sacreBLEU itself would score against, and its
+signature means what it means in other papers. Normalisation and cleaning
+(:mod:`reproduce.data.prepare`) stay where they belong: on what the model is trained on and fed.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from reproduce.config import Source
+from reproduce.data.archives import extract_member
+from reproduce.data.download import file_name
+
+_SEGMENT_LINE = re.compile(r"<seg.*?>(.*)</seg>.*?")
+_WHITESPACE_RUN = re.compile(r"\s+")
+
+
+def _sacrebleu_clean(text: str) -> str:
+    return _WHITESPACE_RUN.sub(" ", text.strip())
+
+
+def reference_lines(path: Path, format: str) -> list[str]:
+    """The references in ``path`` (one member of a source, of ``format``) as sacreBLEU reads them."""
+    with path.open(encoding="utf-8", newline="\n") as stream:  # sacrebleu.utils.smart_open
+        if format == "sgm":
+            return [_sacrebleu_clean(_SEGMENT_LINE.sub(r"\1", line))
+                    for line in stream if line.startswith("<seg ")]
+        if format == "text":
+            return [line.rstrip() for line in stream]
+        return [line.rstrip("\n").split("\t")[1] for line in stream]
+
+
+def write_references(sources: list[Source], download_dir: Path, out_path: Path,
+                     expected_lines: int) -> int:
+    """Concatenate the official references of ``sources`` into ``out_path``, one per line.
+
+    ``expected_lines`` is the number of sentences preparation read for the split's source side;
+    a different count (e.g. an SGM file with a segment sacreBLEU's reader skips) is an error
+    naming the member, raised before anything is written.
+    """
+    references: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for source in sources:
+            member = source.target_member if source.format != "tsv" else source.source_member
+            extracted = extract_member(download_dir / file_name(source.url), member,
+                                       Path(scratch) / f"{source.name}.ref")
+            references += reference_lines(extracted, source.format)
+    if len(references) != expected_lines:
+        members = ", ".join(f"{source.name}:{source.target_member or source.source_member}"
+                            for source in sources)
+        raise ValueError(
+            f"{members}: read as sacreBLEU reads references ({sources[0].format}), it gives "
+            f"{len(references)} references, but preparation read {expected_lines} sentences; "
+            "expected one reference per source sentence"
+        )
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out_path.with_name(out_path.name + ".tmp")
+    temporary.write_text("".join(line + "\n" for line in references), encoding="utf-8")
+    temporary.replace(out_path)
+    return len(references)

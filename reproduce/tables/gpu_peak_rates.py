@@ -1,0 +1,49 @@
+"""Peak arithmetic rates of the GPUs a run may have trained on, for Table 2's paper-style cost.
+
+The paper (Table 2, footnote 5) estimates training FLOPs as training time x number of GPUs x "an
+estimate of the sustained single-precision floating-point capacity of each GPU": 9.5 TFLOPS for
+its P100s. We multiply by the rate of the GPU that actually ran (``torch.cuda.get_device_name``,
+recorded in ``train/summary.json``), at the precision it trained in:
+
+* ``fp32``: the plain FP32 (non-tensor-core) peak; PyTorch leaves TF32 matmuls off by default;
+* ``bf16``: the dense BF16 tensor-core peak (without 2:4 sparsity).
+
+Figures are NVIDIA's datasheet peaks (SXM parts unless the device name says PCIe); the P100 keeps
+the paper's 9.5e12. A GPU or precision not listed here gets no estimate ("—" in the table).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class PeakRate(NamedTuple):
+    gpu: str
+    precision: str
+    flops_per_second: float
+
+
+# (substring of the device name, label, {precision: peak FLOP/s}); the first match wins, so the
+# more specific names come first. V100 and P100 have no BF16 units: no bf16 entry.
+_PEAK_RATES: list[tuple[str, str, dict[str, float]]] = [
+    ("P100", "P100 (the paper's figure)", {"fp32": 9.5e12}),
+    ("V100-PCIE", "V100 PCIe", {"fp32": 14.0e12}),
+    ("V100", "V100 SXM2", {"fp32": 15.7e12}),
+    ("A100", "A100", {"fp32": 19.5e12, "bf16": 312e12}),
+    ("H100 PCIe", "H100 PCIe", {"fp32": 51e12, "bf16": 756e12}),
+    ("H100 NVL", "H100 NVL", {"fp32": 60e12, "bf16": 835e12}),
+    ("H100", "H100 SXM", {"fp32": 67e12, "bf16": 989e12}),
+    ("H200 NVL", "H200 NVL", {"fp32": 60e12, "bf16": 835e12}),
+    ("H200", "H200 SXM", {"fp32": 67e12, "bf16": 989e12}),
+]
+
+
+def peak_rate(device: str | None, precision: str) -> PeakRate | None:
+    """The peak rate of ``device`` (a CUDA device name) at ``precision``; None when unknown."""
+    if not device:
+        return None
+    for pattern, label, rates in _PEAK_RATES:
+        if pattern.lower() in device.lower():
+            rate = rates.get(precision)
+            return None if rate is None else PeakRate(label, precision, rate)
+    return None

@@ -1,0 +1,67 @@
+"""`reproduce attention`: heads of chosen layers for chosen sentences, the three kinds of
+attention, plotted from a real checkpoint and sentencepiece model; bad choices are one-line errors."""
+
+import pytest
+import torch
+
+from reproduce.cli import main
+from reproduce.config import BpeConfig, ModelConfig
+from reproduce.data.bpe import train_sentencepiece
+from reproduce.model.transformer import Transformer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+WORDS = "the cat dog sat on a mat house tree red blue big small runs jumps".split()
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(3 + i % 5)) for i in range(200)]
+    for side in ("src", "tgt"):
+        (folder / f"train.{side}").write_text("\n".join(lines) + "\n")
+    spm = train_sentencepiece(folder / "train.src", folder / "train.tgt",
+                              BpeConfig(vocab_size=60), folder / "spm")
+    torch.manual_seed(0)
+    config = ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
+    model = Transformer(config, 60)
+    torch.save({"model": model.state_dict(), "model_config": config.model_dump(),
+                "vocab_size": 60, "step": 0}, folder / "averaged.pt")
+    (folder / "test.src").write_text("the cat sat on a mat\nbig red house\n")
+    (folder / "test.txt").write_text("a dog runs\nthe small tree jumps\n")
+    return folder, spm
+
+
+def _arguments(folder, spm, out, sentences="1", layers=None):
+    arguments = ["attention", "--checkpoint", str(folder / "averaged.pt"), "--spm-model", str(spm),
+                 "--source", str(folder / "test.src"), "--target", str(folder / "test.txt"),
+                 "--sentences", sentences, "--out-dir", str(out)]
+    return arguments + (["--layers", layers] if layers else [])
+
+
+def test_plots_every_kind_for_each_sentence_and_layer(model_files, tmp_path):
+    folder, spm = model_files
+    main(_arguments(folder, spm, tmp_path / "figures", sentences="0,1", layers="1,2"))
+    written = sorted(path.name for path in (tmp_path / "figures").iterdir())
+    assert written == sorted(f"{kind}_sentence{s}_layer{layer}.png"
+                             for kind in ("encoder_self", "decoder_self", "cross")
+                             for s in (0, 1) for layer in (1, 2))
+    assert all(path.read_bytes().startswith(PNG_MAGIC) for path in (tmp_path / "figures").iterdir())
+
+
+def test_the_default_layer_is_the_last(model_files, tmp_path):
+    folder, spm = model_files
+    main(_arguments(folder, spm, tmp_path / "figures"))
+    assert sorted(path.name for path in (tmp_path / "figures").iterdir()) == [
+        "cross_sentence1_layer2.png", "decoder_self_sentence1_layer2.png",
+        "encoder_self_sentence1_layer2.png"]
+
+
+@pytest.mark.parametrize(("sentences", "layers", "message"), [
+    ("5", None, r"test\.src: has 2 lines; sentence indices \[5\] are out of range"),
+    ("0", "3", r"averaged\.pt: the model has layers 1\.\.2; got \[3\]"),
+    ("zero", None, r"--sentences 'zero': expected comma-separated integers"),
+])
+def test_bad_choices_are_one_line_errors(model_files, tmp_path, sentences, layers, message):
+    folder, spm = model_files
+    with pytest.raises(SystemExit, match=message):
+        main(_arguments(folder, spm, tmp_path / "figures", sentences, layers))

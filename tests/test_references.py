@@ -1,0 +1,55 @@
+"""The official references are read as sacreBLEU reads them: raw, not normalised like the
+training data, and the counts are checked against the prepared source side."""
+
+import pytest
+from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
+
+from reproduce.config import Source
+from reproduce.data.references import reference_lines, write_references
+from tests.corpus_archives import sgm, write_tgz
+
+# NFKC would turn "ﬁ" into "fi" and the no-break space into a space; the references keep both.
+RAW_SEGMENTS = ["  Der  ﬁnale\u00a0Preis: 5\u00a0€ ", "F&amp;E &quot;rockt&quot; „gut“", "Ende."]
+
+
+def test_sgm_references_equal_sacrebleus_own_reader(tmp_path):
+    (tmp_path / "ref.sgm").write_text(sgm("refset", RAW_SEGMENTS), encoding="utf-8")
+    # sacreBLEU's converter for WMT's fake SGML (what `sacrebleu -t wmt14/full` runs).
+    FakeSGMLDataset._convert_format(FakeSGMLDataset, str(tmp_path / "ref.sgm"),
+                                    str(tmp_path / "sacrebleu.txt"))
+    expected = (tmp_path / "sacrebleu.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    assert reference_lines(tmp_path / "ref.sgm", "sgm") == expected
+    # Spelled out: whitespace collapsed and stripped (sacreBLEU's _clean), nothing else.
+    assert expected == ["Der ﬁnale Preis: 5 €", "F&amp;E &quot;rockt&quot; „gut“", "Ende."]
+
+
+def test_text_and_tsv_references_keep_everything_but_trailing_whitespace(tmp_path):
+    (tmp_path / "ref.txt").write_text("ﬁne  Café \t\nzwei\u2028drei\n", encoding="utf-8")
+    assert reference_lines(tmp_path / "ref.txt", "text") == ["ﬁne  Café", "zwei\u2028drei"]
+    (tmp_path / "ref.tsv").write_text("one\tﬁne  Café\ntwo\tzwei\n", encoding="utf-8")
+    assert reference_lines(tmp_path / "ref.tsv", "tsv") == ["ﬁne  Café", "zwei"]
+
+
+def _test_source():
+    return Source(name="newstest", url="file:x/dev.tgz", format="sgm",
+                  source_member="dev/src.sgm", target_member="dev/ref.sgm")
+
+
+def test_write_references_from_the_archive(tmp_path):
+    write_tgz(tmp_path / "dl" / "dev.tgz", {
+        "dev/src.sgm": sgm("srcset", ["a", "b", "c"]), "dev/ref.sgm": sgm("refset", RAW_SEGMENTS),
+    })
+    count = write_references([_test_source()], tmp_path / "dl", tmp_path / "dev.ref",
+                             expected_lines=3)
+    assert count == 3
+    assert (tmp_path / "dev.ref").read_text(encoding="utf-8") == \
+        "Der ﬁnale Preis: 5 €\nF&amp;E &quot;rockt&quot; „gut“\nEnde.\n"
+
+
+def test_a_reference_count_unlike_the_source_count_is_an_error_naming_the_member(tmp_path):
+    write_tgz(tmp_path / "dl" / "dev.tgz", {
+        "dev/src.sgm": sgm("srcset", ["a", "b"]), "dev/ref.sgm": sgm("refset", ["x", "y"]),
+    })
+    with pytest.raises(ValueError, match=r"newstest:dev/ref\.sgm.*gives 2 references.*read 3"):
+        write_references([_test_source()], tmp_path / "dl", tmp_path / "dev.ref", expected_lines=3)
+    assert not (tmp_path / "dev.ref").exists()

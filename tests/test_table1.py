@@ -1,0 +1,67 @@
+"""Table 1: the analytic rows as the paper prints them, FLOPs counted while the layers run equal
+to their exact formulas, and the files the `reproduce table1` command writes."""
+
+import pandas as pd
+import pytest
+
+from reproduce.cli import main
+from reproduce.model.attention import band_mask
+from reproduce.tables.table1 import ANALYTIC, band_entries, measure_table1
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_analytic_rows_are_the_papers():
+    rows = ANALYTIC.set_index("Layer Type")
+    assert rows.loc["Self-Attention"].tolist() == ["O(n^2 · d)", "O(1)", "O(1)"]
+    assert rows.loc["Recurrent"].tolist() == ["O(n · d^2)", "O(n)", "O(n)"]
+    assert rows.loc["Convolutional"].tolist() == ["O(k · n · d^2)", "O(1)", "O(log_k(n))"]
+    assert rows.loc["Self-Attention (restricted)"].tolist() == ["O(r · n · d)", "O(1)", "O(n/r)"]
+
+
+@pytest.fixture(scope="module")
+def measured() -> pd.DataFrame:
+    return measure_table1(lengths=[4, 16], d=16, kernel=3, radius=2, min_run_time=0.01)
+
+
+def test_counted_flops_equal_the_exact_formulas(measured):
+    rows = measured.set_index(["layer", "n"])
+    n, d = 16, 16
+    assert rows.loc[("Self-Attention", n), "FLOPs counted"] == 8 * n * d * d + 4 * n * n * d
+    assert rows.loc[("Recurrent", n), "FLOPs counted"] == 4 * n * d * d
+    assert rows.loc[("Convolutional", n), "FLOPs counted"] == 2 * 3 * n * d * d
+    exact = measured[measured["layer"] != "Self-Attention (restricted)"]
+    assert (exact["FLOPs counted"] == exact["FLOPs formula"]).all()
+    # The band mask runs the dense computation; the band alone is what the formula counts.
+    restricted = rows.loc[("Self-Attention (restricted)", n)]
+    assert restricted["FLOPs counted"] == rows.loc[("Self-Attention", n), "FLOPs counted"]
+    assert restricted["FLOPs formula"] == 8 * n * d * d + 4 * band_entries(n, 2) * d
+    assert (measured["wall ms"] > 0).all()
+
+
+@pytest.mark.parametrize(("n", "radius"), [(1, 0), (5, 1), (9, 2), (16, 2), (3, 7)])
+def test_band_entries_count_the_models_band_mask(n, radius):
+    assert band_entries(n, radius) == int(band_mask(n, n, radius, causal=False).sum())
+
+
+def test_the_command_writes_markdown_csv_and_plot(tmp_path):
+    main(["table1", "--out-dir", str(tmp_path), "--lengths", "4,8", "--d-model", "16",
+          "--min-run-time", "0.01"])
+    markdown = (tmp_path / "table1.md").read_text()
+    assert markdown.startswith("# Table 1 — complexity per layer, analytic and measured")
+    assert "| Self-Attention (restricted) | O(r · n · d)" in markdown
+    table = pd.read_csv(tmp_path / "table1.csv")
+    assert len(table) == 8 and set(table["n"]) == {4, 8}
+    assert (tmp_path / "table1.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--lengths", "4,-1"], "--lengths 4,-1: expected positive sequence lengths"),
+    (["--lengths", "4,x"], "--lengths '4,x': expected comma-separated integers"),
+    (["--d-model", "20"], "--d-model 20: expected a positive multiple of 8"),
+    (["--kernel", "4"], "--kernel 4 must be odd and positive"),
+])
+def test_bad_arguments_are_one_line_errors_before_measuring(tmp_path, arguments, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["table1", "--out-dir", str(tmp_path / "t1")] + arguments)
+    assert not (tmp_path / "t1").exists()

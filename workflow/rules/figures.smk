@@ -1,0 +1,29 @@
+"""Figures 3-5: attention heads of a variant's averaged model on test sentences, for encoder
+self-attention, decoder self-attention and encoder-decoder attention, with the model's own
+translation as the decoder's input. Not part of `all`: ask for a variant's folder, e.g.
+`snakemake --cores 2 results/tiny/base/figures`. Other sentences or layers: run
+`python -m reproduce attention --help` directly."""
+
+
+rule attention_figures:
+    input:
+        checkpoint=f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
+        spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
+        source=f"{RESULTS}/{{dataset}}/data/test.src",
+        translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/test.averaged.txt",
+    output:
+        directory(f"{RESULTS}/{{dataset}}/{{variant}}/figures"),
+    log:
+        log_file("{dataset}/attention_figures_{variant}"),
+    conda:
+        CONDA_ENV
+    params:
+        python=PYTHON,
+        results=tracking_root,
+        sentences="0,1,2",  # the first three test sentences; the last layer (the default)
+    shell:
+        "{params.python:q} -m reproduce attention --checkpoint {input.checkpoint:q}"
+        " --spm-model {input.spm_model:q} --source {input.source:q}"
+        " --target {input.translations:q} --sentences {params.sentences:q} --out-dir {output:q}"
+        " --results {params.results:q} --dataset {wildcards.dataset:q}"
+        " --variant {wildcards.variant:q} > {log:q} 2>&1"
