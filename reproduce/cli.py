@@ -366,11 +366,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("references", cmd_references,
                   "the official dev/test references, as sacreBLEU reads them")
     needs_experiment(sub)
-    sub.add_argument("--split", required=True, choices=["dev", "test"])
-    sub.add_argument("--downloads", required=True, help="folder of downloaded archives")
-    sub.add_argument("--source-lines", required=True,
+    sub.add_argument("--split", required=True, choices=["dev", "test"], help="dev or test")
+    sub.add_argument("--downloads", required=True, type=existing_dir,
+                     help="folder of downloaded archives")
+    sub.add_argument("--source-lines", required=True, type=existing_file,
                      help="the prepared source side of the split (one reference per line of it)")
-    sub.add_argument("--out", required=True)
+    sub.add_argument("--out", required=True, help="the references file to write (<split>.ref)")
 
     sub = command("train-bpe", cmd_train_bpe, "train the shared sentencepiece BPE model")
     needs_experiment(sub)

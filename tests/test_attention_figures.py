@@ -8,6 +8,7 @@ from reproduce.cli import main
 from reproduce.config import BpeConfig, ModelConfig
 from reproduce.data.bpe import train_sentencepiece
 from reproduce.model.transformer import Transformer
+from reproduce.training.checkpoints import save_checkpoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORDS = "the cat dog sat on a mat house tree red blue big small runs jumps".split()
@@ -24,8 +25,8 @@ def model_files(tmp_path_factory):
     torch.manual_seed(0)
     config = ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
     model = Transformer(config, 60)
-    torch.save({"model": model.state_dict(), "model_config": config.model_dump(),
-                "vocab_size": 60, "step": 0}, folder / "averaged.pt")
+    save_checkpoint({"model": model.state_dict(), "model_config": config.model_dump(),
+                     "vocab_size": 60, "step": 0}, folder / "averaged.pt")
     (folder / "test.src").write_text("the cat sat on a mat\nbig red house\n")
     (folder / "test.txt").write_text("a dog runs\nthe small tree jumps\n")
     return folder, spm

@@ -21,12 +21,13 @@ import pytest
 import torch
 import yaml
 
-from reproduce.config import BpeConfig, ModelConfig, Source
+from reproduce.config import BpeConfig, ModelConfig, Source, load_experiment, trained_settings
 from reproduce.data.bpe import train_sentencepiece
 from reproduce.data.download import file_name
 from reproduce.data.encoded import write_encoded
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.model.transformer import Transformer
+from reproduce.training.checkpoints import save_checkpoint
 from tests.corpus_archives import write_tgz, write_tgz_bytes
 from tests.local_http_server import serving
 
@@ -67,19 +68,29 @@ class World:
     text: Path
 
 
-def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int) -> Path:
-    config = ModelConfig(layers=1, d_model=d_model, d_ff=32, heads=2, d_k=8, d_v=8, max_positions=64)
+SMALL_MODEL = {"layers": 1, "d_ff": 32, "heads": 2, "d_k": 8, "d_v": 8, "max_positions": 64}
+
+
+def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int, settings: dict | None = None) -> Path:
+    """A verified checkpoint (sha256 sidecar) of a small model trained with ``settings``."""
+    config = ModelConfig(d_model=d_model, **SMALL_MODEL)
     torch.manual_seed(0)
     model = Transformer(config, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "model_config": config.model_dump(),
-                "vocab_size": vocab_size, "step": step}, path)
+    save_checkpoint({"model": model.state_dict(), "model_config": config.model_dump(),
+                     "vocab_size": vocab_size, "step": step,
+                     "settings": settings or {"model.d_model": d_model}}, path)
     return path
+
+
+def _trained_with(experiment_file: Path) -> dict:
+    experiment = load_experiment(experiment_file)
+    return trained_settings(experiment.variant("base"), experiment)
 
 
 def _experiment(path: Path, sources: dict[str, list[dict]]) -> Path:
     raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     raw["data"].update(sources)
+    raw["model"].update(d_model=16, **SMALL_MODEL)  # the checkpoints' model
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -111,7 +122,8 @@ def world(tmp_path_factory):
             {"name": "right", "url": f"{url}/corpus.tgz", "sha256": digest, **member},
         ]})
         yield World(root=root, experiment=experiment, spm=spm, other_spm=other,
-                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10), mixed_checkpoints=mixed,
+                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10, _trained_with(experiment)),
+                    mixed_checkpoints=mixed,
                     encoded=root / "encoded", text=root / "train.src")
 
 
@@ -274,7 +286,7 @@ CASES = [
     ("checkpoint-empty", "score", lambda w: _score(w)[:-4] + ["--checkpoint", _lines(w, "empty.pt", 0)] + _score(w)[-4:],
      ["empty.pt", "0 bytes"]),
     ("checkpoint-foreign-zip", "decode", lambda w: _decode(w, **{"--checkpoint": _foreign_zip(w)}),
-     ["--checkpoint", "foreign.pt", "cannot use the checkpoint"]),
+     ["foreign.pt", "not a complete checkpoint"]),
     ("average-shape-mismatch", "average", lambda w: _average(w, "2"),
      ["--checkpoint-dir", "mixed", "cannot use the checkpoint"]),
     # Sentencepiece model and source text given to decode

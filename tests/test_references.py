@@ -6,6 +6,7 @@ from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
 
 from reproduce.config import Source
 from reproduce.data.references import reference_lines, write_references
+from reproduce.data.download import file_name
 from tests.corpus_archives import sgm, write_tgz
 
 # NFKC would turn "ﬁ" into "fi" and the no-break space into a space; the references keep both.
@@ -36,7 +37,7 @@ def _test_source():
 
 
 def test_write_references_from_the_archive(tmp_path):
-    write_tgz(tmp_path / "dl" / "dev.tgz", {
+    write_tgz(tmp_path / "dl" / file_name(_test_source()), {
         "dev/src.sgm": sgm("srcset", ["a", "b", "c"]), "dev/ref.sgm": sgm("refset", RAW_SEGMENTS),
     })
     count = write_references([_test_source()], tmp_path / "dl", tmp_path / "dev.ref",
@@ -47,7 +48,7 @@ def test_write_references_from_the_archive(tmp_path):
 
 
 def test_a_reference_count_unlike_the_source_count_is_an_error_naming_the_member(tmp_path):
-    write_tgz(tmp_path / "dl" / "dev.tgz", {
+    write_tgz(tmp_path / "dl" / file_name(_test_source()), {
         "dev/src.sgm": sgm("srcset", ["a", "b"]), "dev/ref.sgm": sgm("refset", ["x", "y"]),
     })
     with pytest.raises(ValueError, match=r"newstest:dev/ref\.sgm.*gives 2 references.*read 3"):

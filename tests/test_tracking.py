@@ -191,6 +191,8 @@ def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeyp
 
 
 def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
+    for split in ("train", "dev"):
+        (tmp_path / split).mkdir()  # the arguments are checked first; the store before any work
     environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{free_port()}",
                        PYTHONPATH=str(ROOT))
     result = subprocess.run(

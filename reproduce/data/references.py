@@ -56,7 +56,7 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
     with tempfile.TemporaryDirectory() as scratch:
         for source in sources:
             member = source.target_member if source.format != "tsv" else source.source_member
-            extracted = extract_member(download_dir / file_name(source.url), member,
+            extracted = extract_member(download_dir / file_name(source), member,
                                        Path(scratch) / f"{source.name}.ref")
             references += reference_lines(extracted, source.format)
     if len(references) != expected_lines:
