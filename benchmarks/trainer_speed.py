@@ -12,7 +12,7 @@ against the GPU's dense bf16 peak. Prints one headline line per run, e.g.
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes a minute:
 
-    .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --steps 40 --log-every 10
+    .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 --steps 12 --log-every 4
 """
 
 from __future__ import annotations
@@ -49,13 +49,15 @@ def write_synthetic_corpus(directory: Path, pairs: int, vocab: int, seed: int) -
     return directory
 
 
-def variant_for(size: str, steps: int, log_every: int, compile_model: bool, precision: str | None):
+def variant_for(size: str, steps: int, log_every: int, compile_model: bool, precision: str | None,
+                tokens_per_step: int | None):
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
     variant = experiment.variant("big" if size == "big" else "base")
     model = variant.model.model_copy(update=CPU_MODEL) if size == "cpu" else variant.model
     training = variant.training.model_copy(update={
         "steps": steps, "log_every_steps": log_every, "eval_every_steps": 10 * steps,
         "compile": compile_model, "precision": precision or variant.training.precision,
+        "tokens_per_step": tokens_per_step or variant.training.tokens_per_step,
         "checkpoints": variant.training.checkpoints.model_copy(update={"every_steps": steps}),
     })
     return variant.model_copy(update={"model": model, "training": training})
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=50, help="steps per throughput window")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--precision", choices=["fp32", "bf16"], help="default: the config's")
+    parser.add_argument("--tokens-per-step", type=int, help="default: the config's 25,000 (CPUs: fewer)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -78,7 +81,8 @@ def main() -> None:
         train = write_synthetic_corpus(folder / "train", args.pairs, args.vocab, seed=0)
         dev = write_synthetic_corpus(folder / "dev", 500, args.vocab, seed=1)
         print(f"synthetic corpus: {args.pairs} pairs in {time.perf_counter() - started:.0f} s")
-        variant = variant_for(args.size, args.steps, args.log_every, args.compile, args.precision)
+        variant = variant_for(args.size, args.steps, args.log_every, args.compile, args.precision,
+                              args.tokens_per_step)
         trainer = Trainer(variant, "synthetic", train, dev, folder / "run")
         summary = trainer.run()
         windows = [json.loads(line) for line in trainer.metrics_path.read_text().splitlines()]

@@ -9,9 +9,9 @@ pair joins while it overshoots the budget on neither side by more than half its 
 steps land on ``tokens_per_step`` on average instead of above it. Each epoch visits the
 micro-batches in a new seeded order, and a step takes the next ``micro_batches_per_step`` of them.
 With ``W`` ranks (``W`` divides the count), rank ``r`` computes micro-batches ``r, r+W, ...``:
-the step does not depend on the number of GPUs, and no rank is ever without data. A rank fuses
-its share into as few forward passes as fit ``max_tokens_per_device`` padded tokens per side, so
-one GPU does not crawl through 3k-token batches. Tensor widths are rounded up to a multiple of
+the step does not depend on the number of GPUs, and no rank is ever without data. A rank
+re-packs its share by length into as few forward passes as fit ``max_tokens_per_device`` padded
+tokens per side, so one GPU does not crawl through 3k-token batches. Tensor widths are rounded up to a multiple of
 ``pad_to_multiple``, which bounds the number of distinct shapes the GPU kernels see.
 """
 
@@ -111,26 +111,41 @@ def pack_micro_batches(
     return batches
 
 
+PASS_PADDING_LIMIT = 0.25  # a pass grows while it pads at most 25% beyond its rows' own rounding
+
+
 def device_passes(
     micro_batches: list[np.ndarray], corpus: EncodedCorpus, max_padded: int, multiple: int = 1
 ) -> list[np.ndarray]:
-    """One rank's micro-batches fused into as few forward passes as fit ``max_padded`` per side.
+    """One rank's share of a step, re-packed by length into few forward passes: a pass grows
+    while its padded tensors fit ``max_padded`` tokens per side (widths rounded up to
+    ``multiple``) and hold at most :data:`PASS_PADDING_LIMIT` more cells than its pairs would
+    each rounded up on their own.
 
-    Micro-batches are ordered by their longest target and merged with their neighbours while the
-    merged padded tensors fit; the summed loss, hence the gradient, is the same as unfused.
+    The passes hold exactly the share's pairs, so the summed loss, hence the gradient, is that of
+    the micro-batches.
     """
-    def widths(indices):
-        return (round_up(int(corpus.source_lengths[indices].max()) + 1, multiple),
-                round_up(int(corpus.target_lengths[indices].max()) + 1, multiple))
-
-    ordered = sorted(micro_batches, key=lambda indices: widths(indices)[::-1])
-    passes = [ordered[0]]
-    for indices in ordered[1:]:
-        merged = np.concatenate([passes[-1], indices])
-        if max(widths(merged)) * len(merged) <= max_padded:
-            passes[-1] = merged
-        else:
-            passes.append(indices)
+    indices = np.concatenate(micro_batches)
+    source_sizes = corpus.source_lengths[indices] + 1
+    target_sizes = corpus.target_lengths[indices] + 1
+    order = np.lexsort((source_sizes, target_sizes))
+    passes, start = [], 0
+    widest_source = widest_target = own_cells = 0
+    for position, pair in enumerate(order):
+        s, t = int(source_sizes[pair]), int(target_sizes[pair])
+        rows = position - start + 1
+        source_width = round_up(max(widest_source, s), multiple)
+        target_width = round_up(max(widest_target, t), multiple)
+        cells = rows * (source_width + target_width)
+        too_big = max(source_width, target_width) * rows > max_padded
+        own = round_up(s, multiple) + round_up(t, multiple)
+        too_padded = cells > (1 + PASS_PADDING_LIMIT) * (own_cells + own)
+        if rows > 1 and (too_big or too_padded):
+            passes.append(indices[order[start:position]])
+            start, widest_source, widest_target, own_cells = position, 0, 0, 0
+        widest_source, widest_target = max(widest_source, s), max(widest_target, t)
+        own_cells += own
+    passes.append(indices[order[start:]])
     return passes
 
 
