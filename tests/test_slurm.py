@@ -3,6 +3,7 @@ multi-task training through submitit, requeue at the time limit, and failures th
 Slurm log."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import yaml
 from reproduce.config import load_experiment
 from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
+from tests.mlflow_server import free_port
 from tests.project_copy import copy_workflow
 from tests.slurm_cluster import require_local_slurm
 from tests.training_fixtures import random_corpus, small_variant
@@ -44,11 +46,30 @@ def _workdir(tmp_path: Path, experiment_edit) -> Path:
     return workdir
 
 
-def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+def _snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [SNAKEMAKE, "--profile", "slurm-local", "--configfile=pipeline.yaml", *args],
-        cwd=workdir, capture_output=True, text=True, timeout=1500,
+        cwd=workdir, capture_output=True, text=True, timeout=1500, env=env,
     )
+
+
+@contextmanager
+def _tracking_server(folder: Path):
+    """The project's server script on loopback, as the README has users start it for Slurm."""
+    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(folder), MLFLOW_SERVER_HOST="127.0.0.1",
+                       MLFLOW_SERVER_PORT=str(free_port()),
+                       PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+    def server(action):
+        return subprocess.run(["bash", str(ROOT / "scripts/mlflow-server.sh"), action],
+                              env=environment, capture_output=True, text=True, timeout=200)
+
+    started = server("start")
+    assert started.returncode == 0, started.stderr
+    try:
+        yield started.stdout.strip().removeprefix("export MLFLOW_TRACKING_URI=")
+    finally:
+        server("stop")
 
 
 def _one_short_variant(experiment: dict) -> None:
@@ -61,9 +82,18 @@ def _one_short_variant(experiment: dict) -> None:
 
 
 def test_the_tiny_dag_completes_through_the_slurm_profile_with_2_task_training(tmp_path):
+    from mlflow import MlflowClient
+
     workdir = _workdir(tmp_path, _one_short_variant)
-    result = _snakemake(workdir, "all")
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    with _tracking_server(tmp_path / "mlflow-server") as uri:
+        result = _snakemake(workdir, "all", env=dict(os.environ, MLFLOW_TRACKING_URI=uri))
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        client = MlflowClient(uri)  # every job logged to the server, none to a SQLite file
+        experiment = client.get_experiment_by_name("tiny")
+        runs = client.search_runs([experiment.experiment_id], "tags.kind = 'variant'")
+        assert [run.data.tags["mlflow.runName"] for run in runs] == ["base"]
+        assert runs[0].info.status == "FINISHED" and "test_averaged_sacrebleu" in runs[0].data.metrics
+    assert not (workdir / "results/mlflow.db").exists()
     summary = json.loads((workdir / "results/tiny/base/train/summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 40
     assert (workdir / "results/tiny/tables/table3.md").exists()
