@@ -11,7 +11,7 @@ from reproduce.config import Experiment, load_experiment
 from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
-from reproduce.tables.gpu_peak_rates import peak_rate
+from reproduce.gpu_peak_rates import peak_rate
 from reproduce.tables.results import read_variant
 from reproduce.tables.table2 import build_table2
 from reproduce.tables.table3 import build_table3

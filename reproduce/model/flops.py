@@ -26,28 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from reproduce.config import ModelConfig
+from reproduce.gpu_peak_rates import peak_rate
 
 TRAINING_MULTIPLIER = 3  # forward + backward (2x forward)
 
-# Dense bf16 tensor-core peaks (FLOP/s) by a substring of torch.cuda.get_device_name().
-PEAK_BF16_FLOPS = {
-    "H100 PCIe": 756e12,
-    "H100": 989e12,
-    "H200": 989e12,
-    "GH200": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10": 125e12,
-    "V100": 125e12,  # fp16 tensor cores (no bf16 on Volta)
-}
-
 
 def peak_flops(device_name: str) -> float | None:
-    """The dense bf16 peak of a GPU named ``device_name``, or None where unknown (CPUs)."""
-    for name, peak in PEAK_BF16_FLOPS.items():  # "H100 PCIe" is tried before "H100"
-        if name in device_name:
-            return peak
-    return None
+    """The dense bf16 tensor-core peak of a GPU named ``device_name`` (MFU's denominator), or
+    None where unknown or without bf16 units (CPUs, V100, P100)."""
+    rate = peak_rate(device_name, "bf16")
+    return None if rate is None else rate.flops_per_second
 
 
 @dataclass(frozen=True)

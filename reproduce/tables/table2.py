@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
-from reproduce.tables.gpu_peak_rates import peak_rate
+from reproduce.gpu_peak_rates import peak_rate
 from reproduce.tables.paper import paper_table2
 from reproduce.tables.results import VariantResults, read_variant
 
