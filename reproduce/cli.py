@@ -171,35 +171,51 @@ def cmd_decode(args: argparse.Namespace) -> None:
     )
 
 
+def _task_scores(experiment: Experiment, args: argparse.Namespace, trees_out: Path) -> dict:
+    """BLEU for translation; labelled-bracket F1 of the repaired trees for parsing."""
+    if experiment.task == "parsing":
+        from reproduce.scoring.parsing import score_parses
+
+        if args.source is None:
+            raise ValueError("--source is required for a parsing experiment (the input words)")
+        return score_parses(Path(args.translations), Path(args.source), Path(args.reference),
+                            trees_out=trees_out)
+    from reproduce.scoring.bleu import score_translations
+
+    return score_translations(
+        Path(args.translations), Path(args.reference), experiment.target_lang,
+        compound_split=experiment.scoring.compound_split,
+    )
+
+
+# Scores logged to MLflow as `<split>_<checkpoint>_<name>`, by task.
+LOGGED_SCORES = {"translation": ("sacrebleu", "tokenized_bleu", "perplexity"),
+                 "parsing": ("f1", "exact_match", "repaired_sentences", "perplexity")}
+
+
 def cmd_score(args: argparse.Namespace) -> None:
     experiment = _experiment(args)
     _variant(experiment, args)
-    from reproduce.scoring.bleu import score_translations
     from reproduce.scoring.perplexity import checkpoint_perplexity
     from reproduce.tracking import find_variant_run, prepare_store
 
     prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
+    out = Path(args.out)
+    trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
     scores = {"split": args.split, "checkpoint": args.checkpoint_name}
-    scores |= score_translations(
-        Path(args.translations), Path(args.reference), experiment.target_lang,
-        compound_split=experiment.scoring.compound_split,
-    )
+    scores |= _task_scores(experiment, args, trees)
     scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
-    _write_json(Path(args.out), scores)
+    _write_json(out, scores)
     run = find_variant_run(Path(args.results), experiment.name, args.variant)
     if run is not None:
         prefix = f"{args.split}_{args.checkpoint_name}"
-        run.log_metrics(
-            {
-                f"{prefix}_sacrebleu": scores["sacrebleu"],
-                f"{prefix}_tokenized_bleu": scores["tokenized_bleu"],
-                f"{prefix}_perplexity": scores["perplexity"],
-            },
-            step=0,
-        )
+        run.log_metrics({f"{prefix}_{name}": scores[name]
+                         for name in LOGGED_SCORES[experiment.task]}, step=0)
         run.log_artifact(Path(args.translations), "translations")
-        run.log_artifact(Path(args.out), "scores")
+        if trees.exists():
+            run.log_artifact(trees, "trees")
+        run.log_artifact(out, "scores")
     log.info("%s", json.dumps(scores))
 
 
@@ -431,7 +447,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--out", required=True, help="translations, one line per source line")
     needs_threads(sub)
 
-    sub = command("score", cmd_score, "BLEU (sacreBLEU and tokenized) and perplexity")
+    sub = command("score", cmd_score, "BLEU (sacreBLEU and tokenized) or, for parsing, "
+                  "labelled-bracket F1 (and the repaired trees beside --out); and perplexity")
     needs_experiment(sub)
     needs_variant(sub)
     sub.add_argument("--split", required=True, choices=["dev", "test"], help="the split scored")
@@ -440,7 +457,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--translations", required=True, type=existing_file,
                      help="hypotheses, one per line")
     sub.add_argument("--reference", required=True, type=existing_file,
-                     help="references, one per line")
+                     help="references (parsing: gold trees), one per line")
+    sub.add_argument("--source", type=existing_file,
+                     help="the input sentences, one per line (parsing: the words of each tree)")
     sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
                      help="checkpoint whose perplexity is measured")
     sub.add_argument("--encoded", required=True, type=existing_dir,
@@ -456,7 +475,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--test", required=True, type=existing_file, help="test scores JSON")
     sub.add_argument("--out", required=True, help="summary JSON to write")
 
-    sub = command("tables", cmd_tables, "render Tables 2 and 3 from whatever has finished")
+    sub = command("tables", cmd_tables, "render the experiment's tables (2 and 3, or 4 for parsing) from whatever has finished")
     needs_experiment(sub)
     sub.add_argument("--results", required=True, help="results root")
     sub.add_argument("--out-dir", required=True, help="folder for the tables and plots")

@@ -262,6 +262,9 @@ class TablesConfig(Strict):
     gpu_flops_per_second: float | None = Field(default=None, gt=0)
     # Which of the paper's language pairs our numbers are shown beside.
     paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
+    # Parsing experiments: which variant is our Table 4 row, under the paper's training setting
+    # it reproduces ("WSJ only, discriminative" or "semi-supervised").
+    table4: dict[Literal["wsj_only", "semi_supervised"], str] = {}
 
 
 class ScoringConfig(Strict):
@@ -276,6 +279,10 @@ class Experiment(Strict):
     """A whole experiment file: one dataset with its model variants."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    # What the model learns: translation (Tables 2 and 3), or English constituency parsing
+    # (section 6.3, Table 4) as the translation of a sentence's words into its linearised tree,
+    # scored by labelled-bracket F1 instead of BLEU. Parsing data are `format: ptb` treebanks.
+    task: Literal["translation", "parsing"] = "translation"
     source_lang: str
     target_lang: str
     data: DataConfig
@@ -302,9 +309,33 @@ class Experiment(Strict):
     def _variants_resolve(self) -> "Experiment":
         for name in self.variants:
             self.variant(name)  # raises a ValueError naming the bad override
-        for role, name in self.tables.table2.items():
-            if name not in self.variants:
-                raise ValueError(f"tables.table2.{role} names unknown variant {name!r}")
+        for table in ("table2", "table4"):
+            for role, name in getattr(self.tables, table).items():
+                if name not in self.variants:
+                    raise ValueError(f"tables.{table}.{role} names unknown variant {name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _data_and_tables_fit_the_task(self) -> "Experiment":
+        """Treebanks are parsing data and parsing has only Table 4; translation never reads
+        trees. Caught here, before any download or training."""
+        for split in ("train", "dev", "test"):
+            for index, source in enumerate(getattr(self.data, split)):
+                if (source.format == "ptb") != (self.task == "parsing"):
+                    expected = "ptb" if self.task == "parsing" else "text, sgm or tsv"
+                    raise ValueError(
+                        f"data.{split}.{index}.format: a {self.task} experiment reads "
+                        f"{expected} sources, got {source.format!r}")
+        if self.task == "parsing":
+            if self.tables.table2:
+                raise ValueError("tables.table2: a parsing experiment has no Table 2; "
+                                 "map its variants in tables.table4")
+            rows = [name for name, spec in self.variants.items() if spec.table3_row is not None]
+            if rows:
+                raise ValueError(f"variants.{rows[0]}.table3_row: a parsing experiment has no "
+                                 "Table 3; drop table3_row")
+        elif self.tables.table4:
+            raise ValueError("tables.table4: only a parsing experiment (task: parsing) has Table 4")
         return self
 
     def variant(self, name: str) -> ResolvedVariant:

@@ -1,5 +1,6 @@
 """Experiment files: every Table 3 row is a variant, and bad input names the file and the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,8 @@ def test_wall_clock_checkpoints_are_not_held_to_the_step_grid(tmp_path):
     assert load_experiment(path).training.steps == 620
 
 
-@pytest.mark.parametrize("name", ["wmt14_en_de", "wmt14_en_fr", "tiny"])
+@pytest.mark.parametrize(
+    "name", ["wmt14_en_de", "wmt14_en_fr", "tiny", "tiny_parsing", "wsj_parsing", "wsj_parsing_semi"])
 def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
     experiment = load_experiment(ROOT / f"configs/{name}.yaml")
     for variant in experiment.variants:
@@ -134,3 +136,55 @@ def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
     if name == "wmt14_en_de":
         base = experiment.variant("base").training
         assert base.steps == 100_000 and base.checkpoints.every_steps == 1250
+
+
+@pytest.mark.parametrize("name", ["wsj_parsing", "wsj_parsing_semi"])
+def test_parsing_experiments_follow_section_6_3(name):
+    experiment = load_experiment(ROOT / f"configs/{name}.yaml")
+    variant = experiment.variant("base")
+    assert experiment.task == "parsing"
+    assert (variant.model.layers, variant.model.d_model) == (4, 1024)
+    decoding = variant.decoding
+    assert (decoding.beam_size, decoding.length_penalty, decoding.max_length_offset) == (21, 0.3, 300)
+    assert experiment.bpe.vocab_size == {"wsj_parsing": 16000, "wsj_parsing_semi": 32000}[name]
+    sections = {split: [source.source_member for source in getattr(experiment.data, split)]
+                for split in ("dev", "test")}
+    assert sections == {"dev": ["treebank_3/parsed/mrg/wsj/22/*.mrg"],
+                        "test": ["treebank_3/parsed/mrg/wsj/23/*.mrg"]}
+
+
+def _parsing_experiment(tmp_path, **changes) -> Path:
+    raw = yaml.safe_load((ROOT / "configs/wsj_parsing.yaml").read_text())
+    for dotted, value in changes.items():
+        *parents, key = dotted.split(".")
+        node = raw
+        for parent in parents:
+            node = node[int(parent)] if isinstance(node, list) else node[parent]
+        node[key] = value
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"data.test.0.format": "sgm", "data.test.0.target_member": "ref.sgm"},
+     "data.test.0.format: a parsing experiment reads ptb sources, got 'sgm'"),
+    ({"task": "translation"},
+     "data.train.0.format: a translation experiment reads text, sgm or tsv sources, got 'ptb'"),
+    ({"tables.table2": {"base": "base"}}, "tables.table2: a parsing experiment has no Table 2"),
+    ({"variants.base.table3_row": "base"}, "variants.base.table3_row: a parsing experiment has no Table 3"),
+    ({"tables.table4": {"wsj_only": "nope"}}, "tables.table4.wsj_only names unknown variant 'nope'"),
+])
+def test_a_parsing_experiment_that_mixes_in_translation_is_refused(tmp_path, changes, message):
+    path = _parsing_experiment(tmp_path, **changes)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_experiment(path)
+
+
+def test_table4_belongs_to_parsing_experiments_only(tmp_path):
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    raw["tables"]["table4"] = {"wsj_only": "base"}
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="only a parsing experiment"):
+        load_experiment(path)

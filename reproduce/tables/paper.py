@@ -13,6 +13,7 @@ TABLE2_COLUMNS = ["model", "bleu_en_de", "bleu_en_fr", "flops_en_de", "flops_en_
                   "reproduced_as"]
 TABLE3_COLUMNS = ["variant", "row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls",
                   "train_steps", "positional", "ppl_dev", "bleu_dev", "params_millions"]
+TABLE4_COLUMNS = ["parser", "training", "f1"]
 
 
 def _read(name: str, columns: list[str], text_columns: list[str]) -> pd.DataFrame:
@@ -34,3 +35,8 @@ def paper_table3() -> pd.DataFrame:
     """Table 3 indexed by our variant names (base, A_h1, ..., E_learned, big)."""
     table = _read("table3.csv", TABLE3_COLUMNS, ["variant", "row", "positional"])
     return table.set_index("variant")
+
+
+def paper_table4() -> pd.DataFrame:
+    """Table 4, one row per parser and training setting, the paper's order (WSJ 23 F1)."""
+    return _read("table4.csv", TABLE4_COLUMNS, ["parser", "training"])

@@ -1,4 +1,5 @@
-"""Writes Tables 2 and 3 (markdown and CSV) and their plots for one experiment.
+"""Writes one experiment's tables (markdown and CSV) and plots: Tables 2 and 3 for translation,
+Table 4 for parsing.
 
 Whatever has not finished yet shows as ``—`` in markdown (an empty cell in CSV); rendering
 never needs, nor triggers, a missing result.
@@ -16,11 +17,12 @@ from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_fig
 from reproduce.tables.results import read_variant
 from reproduce.tables.table2 import build_table2, table2_caption
 from reproduce.tables.table3 import build_table3, table3_caption
+from reproduce.tables.table4 import build_table4, table4_caption
 
 MISSING = "—"
 # Number formats by column name (first match wins): BLEU and PPL as the paper prints them.
 NUMBER_FORMATS = [("FLOPs", ".2e"), ("BLEU", ".2f"), ("PPL", ".2f"), ("GPU-hours", ".3g"),
-                  ("params", ".3g")]
+                  ("params", ".3g"), ("F1", ".2f"), ("exact match", ".2f")]
 
 
 def _cell(column: str, value) -> str:
@@ -49,26 +51,35 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
+def _write_table(out_dir: Path, stem: str, frame: pd.DataFrame,
+                 caption: tuple[str, str, list[str]]) -> list[Path]:
+    title, measured, notes = caption
+    _write_atomically(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
+    _write_atomically(out_dir / f"{stem}.csv", frame.to_csv(index=False))
+    return [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
+
+
 def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> list[Path]:
-    """Tables 2 and 3 as ``.md`` and ``.csv``, and the two plots, from ``results_dir`` (the
-    results root holding ``{experiment.name}/{variant}/``). Returns the files written."""
+    """The experiment's tables as ``.md`` and ``.csv``, and its plots
+    (:data:`reproduce.tables.outputs.TABLE_FILES`), from
+    ``results_dir`` (the results root holding ``{experiment.name}/{variant}/``). Returns the
+    files written."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table2, table3 = build_table2(experiment, results_dir), build_table3(experiment, results_dir)
-    written = []
-    for stem, frame, (title, measured, notes) in (
-        ("table2", table2, table2_caption(experiment, results_dir)),
-        ("table3", table3, table3_caption(experiment)),
-    ):
-        _write_atomically(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
-        _write_atomically(out_dir / f"{stem}.csv", frame.to_csv(index=False))
-        written += [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
     every_variant = {name: read_variant(results_dir, experiment.name, name)
                      for name in experiment.variants}
-    for name, figure in (
-        ("bleu_vs_parameters.png", bleu_vs_parameters_figure(table3, experiment.name)),
-        ("dev_perplexity.png", dev_perplexity_figure(every_variant, experiment.name)),
-    ):
+    if experiment.task == "parsing":
+        written = _write_table(out_dir, "table4", build_table4(experiment, results_dir),
+                               table4_caption(experiment))
+        figures = {}
+    else:
+        table3 = build_table3(experiment, results_dir)
+        written = _write_table(out_dir, "table2", build_table2(experiment, results_dir),
+                               table2_caption(experiment, results_dir))
+        written += _write_table(out_dir, "table3", table3, table3_caption(experiment))
+        figures = {"bleu_vs_parameters.png": bleu_vs_parameters_figure(table3, experiment.name)}
+    figures["dev_perplexity.png"] = dev_perplexity_figure(every_variant, experiment.name)
+    for name, figure in figures.items():
         save_figure(figure, out_dir / name)
         written.append(out_dir / name)
     return written

@@ -1,7 +1,7 @@
 """What a pipeline run has produced so far for one variant; anything not there yet reads as None.
 
-Reads ``{results}/{dataset}/{variant}/train/summary.json``, ``.../bleu.json`` and
-``.../train/metrics.jsonl``. Rendering tables never waits for, nor triggers, training.
+Reads ``{results}/{dataset}/{variant}/train/summary.json``, the variant's scores (``.../bleu.json``
+for translation, ``.../f1.json`` for parsing) and ``.../train/metrics.jsonl``. Rendering tables never waits for, nor triggers, training.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reproduce.tables.outputs import SCORES_FILE
+
 
 @dataclass(frozen=True)
 class VariantResults:
     summary: dict | None  # train/summary.json
-    scores: dict | None  # bleu.json: {"dev": {...dev.last scores}, "test": {...test.averaged}}
+    scores: dict | None  # bleu.json or f1.json: {"dev": {...dev.last}, "test": {...test.averaged}}
     dev_curve: list[dict]  # the {"step", "dev_loss", "dev_perplexity"} rows of metrics.jsonl
 
     @property
@@ -67,10 +69,19 @@ def _read_dev_curve(path: Path) -> list[dict]:
     return [latest[step] for step in sorted(latest)]
 
 
+def _read_scores(folder: Path) -> dict | None:
+    """bleu.json or f1.json, whichever the variant's task wrote."""
+    for name in SCORES_FILE.values():
+        scores = _read_json(folder / name)
+        if scores is not None:
+            return scores
+    return None
+
+
 def read_variant(results_dir: Path, dataset: str, variant: str) -> VariantResults:
     folder = results_dir / dataset / variant
     return VariantResults(
         summary=_read_json(folder / "train" / "summary.json"),
-        scores=_read_json(folder / "bleu.json"),
+        scores=_read_scores(folder),
         dev_curve=_read_dev_curve(folder / "train" / "metrics.jsonl"),
     )

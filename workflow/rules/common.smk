@@ -9,6 +9,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from reproduce.config import ConfigError, fingerprint, load_experiment, trained_settings
 from reproduce.data.download import file_name as download_name
+from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
 
 
 def _load_experiments(paths):
@@ -40,8 +41,19 @@ def _job_python():
 PYTHON = _job_python()
 
 
+def _datasets_of(task):
+    """A regex of the datasets whose experiment has this task (one that never matches if none)."""
+    names = [name for name, experiment in EXPERIMENTS.items() if experiment.task == task]
+    return "|".join(names) or "(?!)"
+
+
+TRANSLATION_DATASETS = _datasets_of("translation")
+PARSING_DATASETS = _datasets_of("parsing")
+
+
 wildcard_constraints:
     dataset="|".join(EXPERIMENTS),
+    scores_summary="bleu|f1",
     variant=r"[A-Za-z0-9_]+",
     split="train|dev|test",
     evaluated_split="dev|test",
@@ -88,17 +100,33 @@ def benchmark_file(name):
 
 
 def table_files(dataset):
-    return [f"{RESULTS}/{dataset}/tables/{name}" for name in TABLE_NAMES]
+    """Tables 2 and 3 and plots for translation; Table 4 and plots for parsing."""
+    task = EXPERIMENTS[dataset].task
+    return [f"{RESULTS}/{dataset}/tables/{name}" for name in TABLE_FILES[task]]
 
 
-TABLE_NAMES = [
-    "table2.md",
-    "table2.csv",
-    "table3.md",
-    "table3.csv",
-    "bleu_vs_parameters.png",
-    "dev_perplexity.png",
-]
+def scores_summary_file(dataset, variant):
+    """bleu.json (translation) or f1.json (parsing): a variant's dev and test scores."""
+    return f"{variant_dir(dataset, variant)}/{SCORES_FILE[EXPERIMENTS[dataset].task]}"
+
+
+def every_variant_scored(wildcards):
+    return [
+        scores_summary_file(wildcards.dataset, variant)
+        for variant in EXPERIMENTS[wildcards.dataset].variants
+    ]
+
+
+def variant_scores(wildcards):
+    """The dev (last weights) and test (averaged) scores summarised in bleu.json or f1.json."""
+    expected = scores_summary_file(wildcards.dataset, wildcards.variant)
+    if os.path.basename(expected) != f"{wildcards.scores_summary}.json":
+        raise ValueError(
+            f"{wildcards.dataset} is a {EXPERIMENTS[wildcards.dataset].task} experiment: "
+            f"its variants are summarised in {expected}"
+        )
+    folder = f"{variant_dir(wildcards.dataset, wildcards.variant)}/scores"
+    return {"dev": f"{folder}/dev.last.json", "test": f"{folder}/test.averaged.json"}
 
 
 def weights_file(wildcards):
@@ -110,7 +138,9 @@ def weights_file(wildcards):
 
 def reported_table_file(name):
     """A table output marked for `snakemake --report`, under the table or plot it belongs to."""
-    category = {"table2": "Table 2", "table3": "Table 3"}.get(name.split(".")[0], "Plots")
+    category = {"table2": "Table 2", "table3": "Table 3", "table4": "Table 4"}.get(
+        name.split(".")[0], "Plots"
+    )
     return report(
         f"{RESULTS}/{{dataset}}/tables/{name}",
         category=category,

@@ -1,7 +1,8 @@
-"""Beam search on dev/test with the last or the averaged weights, then BLEU and perplexity.
+"""Beam search on dev/test with the last or the averaged weights, then BLEU (or, for parsing,
+labelled-bracket F1) and perplexity.
 
-Table 3 reads dev with the last checkpoint (the paper: no averaging); Table 2 reads test with
-the averaged one (Section 6.1). The wildcard `weights` (last|averaged) picks which.
+Table 3 reads dev with the last checkpoint (the paper: no averaging); Tables 2 and 4 read test
+with the averaged one (Section 6.1). The wildcard `weights` (last|averaged) picks which.
 """
 
 
@@ -41,6 +42,7 @@ rule score:
     input:
         translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
         reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.ref",
+        source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
         checkpoint=weights_file,
         encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
     output:
@@ -60,24 +62,25 @@ rule score:
         "{params.python:q} -m reproduce score --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --split {wildcards.evaluated_split:q}"
         " --checkpoint-name {wildcards.weights:q} --translations {input.translations:q}"
-        " --reference {input.reference:q} --checkpoint {input.checkpoint:q}"
+        " --reference {input.reference:q} --source {input.source:q}"
+        " --checkpoint {input.checkpoint:q}"
         " --encoded {input.encoded:q} --results {params.results:q} --out {output:q}"
         " --threads {threads} > {log:q} 2>&1"
 
 
+# bleu.json for translation, f1.json for parsing (the wildcard scores_summary).
 rule summarize_variant:
     input:
-        dev=f"{RESULTS}/{{dataset}}/{{variant}}/scores/dev.last.json",
-        test=f"{RESULTS}/{{dataset}}/{{variant}}/scores/test.averaged.json",
+        unpack(variant_scores),
     output:
         report(
-            f"{RESULTS}/{{dataset}}/{{variant}}/bleu.json",
-            category="BLEU per variant",
+            f"{RESULTS}/{{dataset}}/{{variant}}/{{scores_summary}}.json",
+            category="Scores per variant",
             subcategory="{dataset}",
             labels={"dataset": "{dataset}", "variant": "{variant}"},
         ),
     log:
-        log_file("{dataset}/summarize_{variant}"),
+        log_file("{dataset}/summarize_{variant}_{scores_summary}"),
     conda:
         CONDA_ENV
     params:

@@ -1,21 +1,22 @@
-"""Tables 2 and 3 beside the paper's numbers, as markdown, CSV and plots."""
+"""Tables 2 and 3 (translation) or Table 4 (parsing) beside the paper's numbers, as markdown, CSV
+and plots."""
 
 
 localrules:
     final_tables,  # reads a few JSON files and renders small tables
+    final_parsing_table,
     tables,
 
 
 rule final_tables:
     input:
-        lambda wildcards: [
-            f"{variant_dir(wildcards.dataset, variant)}/bleu.json"
-            for variant in EXPERIMENTS[wildcards.dataset].variants
-        ],
+        every_variant_scored,
     output:
-        [reported_table_file(name) for name in TABLE_NAMES],
+        [reported_table_file(name) for name in TABLE_FILES["translation"]],
     log:
         log_file("{dataset}/final_tables"),
+    wildcard_constraints:
+        dataset=TRANSLATION_DATASETS,
     conda:
         CONDA_ENV
     params:
@@ -26,6 +27,15 @@ rule final_tables:
     shell:
         "{params.python:q} -m reproduce tables --experiment {params.experiment:q}"
         " --results {params.results:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+use rule final_tables as final_parsing_table with:
+    output:
+        [reported_table_file(name) for name in TABLE_FILES["parsing"]],
+    log:
+        log_file("{dataset}/final_parsing_table"),
+    wildcard_constraints:
+        dataset=PARSING_DATASETS,
 
 
 # Renders whatever has finished, marking missing cells; never triggers training.

@@ -1,0 +1,12 @@
+"""Names of the files a variant's scores and an experiment's tables are written to, by experiment
+task; the workflow's rules declare the same names (importing this module costs no pandas)."""
+
+# A variant's dev and test scores summarised (rule summarize_variant).
+SCORES_FILE = {"translation": "bleu.json", "parsing": "f1.json"}
+
+# What `reproduce tables` writes into ``{results}/{dataset}/tables/``.
+TABLE_FILES = {
+    "translation": ["table2.md", "table2.csv", "table3.md", "table3.csv",
+                    "bleu_vs_parameters.png", "dev_perplexity.png"],
+    "parsing": ["table4.md", "table4.csv", "dev_perplexity.png"],
+}

@@ -1,0 +1,85 @@
+"""Table 4 (parsing) rendered from a hand-made results folder: our row among the paper's."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reproduce.config import Experiment
+from reproduce.tables.outputs import TABLE_FILES
+from reproduce.tables.paper import paper_table4
+from reproduce.tables.render import render_tables
+from reproduce.tables.table4 import build_table4
+
+
+def make_parsing_experiment(table4: dict) -> Experiment:
+    source = {"name": "trees", "url": "file:trees.tgz", "format": "ptb", "source_member": "t.mrg"}
+    return Experiment.model_validate({
+        "name": "toy_parsing", "task": "parsing", "source_lang": "en", "target_lang": "tree",
+        "data": {"train": [source], "dev": [source], "test": [source]},
+        "bpe": {"vocab_size": 500},
+        "model": {"layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "d_k": 16, "d_v": 16},
+        "training": {"steps": 600, "checkpoints": {"keep_last": 5}, "average_last": 5},
+        "decoding": {"beam_size": 21, "length_penalty": 0.3, "max_length_offset": 300},
+        "tables": {"table4": table4},
+        "variants": {"base": {}, "wide": {"model": {"d_model": 128}}},
+    })
+
+
+def write_json(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload))
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    """base: scored; wide: trained, not scored."""
+    root = tmp_path / "results" / "toy_parsing"
+    write_json(root / "base/train/summary.json", {"parameters": 2_500_000})
+    write_json(root / "base/f1.json", {
+        "dev": {"f1": 88.0, "perplexity": 1.5},
+        "test": {"f1": 89.25, "exact_match": 31.0, "repaired_sentences": 7, "perplexity": 1.6},
+    })
+    write_json(root / "wide/train/summary.json", {"parameters": 9_000_000})
+    return tmp_path / "results"
+
+
+def test_our_row_takes_the_papers_transformer_row_of_its_setting(results):
+    table = build_table4(make_parsing_experiment({"wsj_only": "base"}), results)
+    paper = paper_table4()
+    assert list(table["parser"]) == list(paper["parser"])  # the paper's rows, in its order
+    ours = table[table["status"] == "ours: base"]
+    assert len(ours) == 1
+    row = ours.iloc[0]
+    assert (row["parser"], row["training"]) == ("Transformer (4 layers)", "WSJ only, discriminative")
+    assert (row["F1 (test)"], row["paper F1"], row["F1 (dev)"]) == (89.25, 91.3, 88.0)
+    assert row["F1 - paper"] == pytest.approx(89.25 - 91.3)
+    assert (row["exact match (test)"], row["repaired sentences (test)"]) == (31.0, 7)
+    assert row["params x10^6"] == pytest.approx(2.5)
+    # The semi-supervised Transformer row stays the paper's, as every other parser.
+    cited = table[table["status"] == "cited, not reproduced"]
+    assert len(cited) == len(paper) - 1
+    semi = cited[(cited["parser"] == "Transformer (4 layers)")].iloc[0]
+    assert (semi["training"], semi["paper F1"]) == ("semi-supervised", 92.7)
+    assert pd.isna(semi["F1 (test)"])
+
+
+def test_an_unscored_variant_shows_its_status_and_no_numbers(results):
+    table = build_table4(make_parsing_experiment({"semi_supervised": "wide"}), results)
+    row = table[table["status"].str.contains("wide")].iloc[0]
+    assert row["status"] == "pending: trained, not scored (wide)"
+    assert row["training"] == "semi-supervised" and row["paper F1"] == 92.7
+    assert pd.isna(row["F1 (test)"]) and pd.isna(row["F1 - paper"])
+
+
+def test_render_writes_table4_and_the_dev_curve_for_a_parsing_experiment(results, tmp_path):
+    out = tmp_path / "tables"
+    written = render_tables(make_parsing_experiment({"wsj_only": "base"}), results, out)
+    assert sorted(path.name for path in written) == sorted(TABLE_FILES["parsing"])
+    markdown = (out / "table4.md").read_text()
+    assert "| Transformer (4 layers) | WSJ only, discriminative | ours: base" in markdown
+    assert "89.25" in markdown and "91.30" in markdown and "—" in markdown
+    assert "COLLINS.prm" in markdown
+    assert pd.read_csv(out / "table4.csv").shape[0] == len(paper_table4())
+    assert not (out / "table2.md").exists()
