@@ -30,8 +30,9 @@ scored (a repaired tree loses brackets, never the sentence):
     an ``XX`` beyond the sentence's last word is dropped (one repair per token).
 ``missing_words``
     words left over at the end of the output are appended, as ``XX`` preterminals, to the
-    innermost constituent still open there (where a truncated output stopped), or after the
-    last top-level one (one repair per word).
+    innermost constituent still open there (where a truncated output stopped) or, with none
+    open, to the last top-level constituent (an output that closed its root before the final
+    punctuation keeps its root); one repair per word.
 ``no_root``
     unless the output is exactly one constituent, its top-level parts are wrapped in a ``TOP``
     root: EVALB deletes ``TOP`` (COLLINS.prm), so the wrapper adds no bracket and costs no
@@ -115,10 +116,14 @@ class _Builder:
         self.children().append(Tree(label, tuple(children)))
 
     def finish(self) -> Tree:
-        missing = self.words[self.used:]
+        missing = [Tree(PLACEHOLDER_TAG, (word,)) for word in self.words[self.used:]]
         if missing:
             self.repairs["missing_words"] += len(missing)
-            self.children().extend(Tree(PLACEHOLDER_TAG, (word,)) for word in missing)
+        if missing and not self.open and self.top_level and not self.top_level[-1].is_preterminal:
+            last = self.top_level.pop()
+            self.top_level.append(Tree(last.label, (*last.children, *missing)))
+        else:
+            self.children().extend(missing)
         while self.open:
             self.repairs["unclosed_open"] += 1
             self._close_innermost()
