@@ -3,10 +3,10 @@ Collins 1997), the F1 of Table 4 and of Vinyals & Kaiser et al. (2014).
 
 EVALB's README (sections [6] and [7]) documents what the parameter file does; here:
 
-* ``DELETE_LABEL TOP``, ``-NONE-``, ``,``, ``:``, ``\\`\\```, ``''``, ``.``: nodes with these
-  labels are removed, and so, recursively, is every node left dominating nothing. A deleted
-  POS tag removes its word, so spans are counted over the remaining words (punctuation moves no
-  bracket boundary). The unlabelled wrapper of ``.mrg`` files, which is tgrep's ``TOP``, is
+* ``DELETE_LABEL`` TOP, -NONE- and the punctuation tags , : `` '' . (one line each in
+  COLLINS.prm): nodes with these labels are removed, and so, recursively, is every node left
+  dominating nothing. A deleted POS tag removes its word, so spans are counted over the
+  remaining words (punctuation moves no bracket boundary). The unlabelled wrapper of ``.mrg`` files, which is tgrep's ``TOP``, is
   deleted like ``TOP``.
 * Function tags are removed from labels (``NP-SBJ`` and ``NP=2`` count as ``NP``).
 * ``EQ_LABEL ADVP PRT``: the two labels count as the same.
@@ -75,7 +75,8 @@ def bracket_scores(gold: list[Tree], test: list[Tree]) -> dict:
     }
 
 
-def sentence_brackets(gold: Tree, test: Tree, number: int = 1) -> tuple[Counter[Bracket], Counter[Bracket]]:
+def sentence_brackets(gold: Tree, test: Tree,
+                      number: int = 1) -> tuple[Counter[Bracket], Counter[Bracket]]:
     """The scored brackets of sentence ``number``'s gold and test trees."""
     gold_words, test_words = _scored_words(gold), _scored_words(test)
     if gold_words != test_words:

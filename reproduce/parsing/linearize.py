@@ -14,7 +14,8 @@ output is repaired by the rules below, each counted by its kind, so that every s
 scored (a repaired tree loses brackets, never the sentence):
 
 ``unknown_token``
-    a token that is neither ``XX``, ``(LABEL`` nor ``)LABEL`` (or a bare ``)``) is dropped.
+    a token that is neither ``XX``, ``(LABEL`` nor ``)LABEL`` is dropped (a bare ``)`` is read
+    as closing the innermost constituent, whatever its label, and is no repair).
 ``unmatched_close``
     a closing token with no constituent open is dropped.
 ``label_mismatch``
