@@ -116,6 +116,12 @@ def cmd_make_tiny_corpus(args: argparse.Namespace) -> None:
     write_tiny_corpus_archive(Path(args.out))
 
 
+def cmd_make_tiny_treebank(args: argparse.Namespace) -> None:
+    from reproduce.data.tiny_treebank import write_tiny_treebank_archive
+
+    write_tiny_treebank_archive(Path(args.out))
+
+
 # ------------------------------------------------------------------------------------------------
 # Training
 # ------------------------------------------------------------------------------------------------
@@ -408,6 +414,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("make-tiny-corpus", cmd_make_tiny_corpus, "regenerate the tiny corpus archive")
     sub.add_argument("--out", required=True,
                      help="the .tgz to write (configs/data/tiny_corpus.tgz)")
+
+    sub = command("make-tiny-treebank", cmd_make_tiny_treebank,
+                  "regenerate the tiny treebank archive (parsing, section 6.3)")
+    sub.add_argument("--out", required=True,
+                     help="the .tgz to write (configs/data/tiny_treebank.tgz)")
 
     sub = command("init-tracking", cmd_init_tracking,
                   "check the MLflow tracking server, or create the embedded store")

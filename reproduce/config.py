@@ -40,12 +40,17 @@ class Source(Strict):
     ``members`` names the source-side and target-side files inside the archive (for ``text`` and
     ``sgm``) or the single file holding both sides (for ``tsv``, source in column 0 and target in
     column 1). For a plain, non-archive download leave ``members`` empty.
+
+    A ``ptb`` source holds Penn Treebank trees (paper section 6.3): ``source_member`` is one
+    tree file or a glob over the archive's members, read in sorted order, each ``*``, ``?`` or
+    ``[...]`` within one folder (``treebank_3/parsed/mrg/wsj/2[2]/*.mrg``); no ``target_member``.
+    Each cleaned tree gives a pair: its words, and its linearisation (:mod:`reproduce.parsing`).
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     url: str
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    format: Literal["text", "sgm", "tsv"] = "text"
+    format: Literal["text", "sgm", "tsv", "ptb"] = "text"
     source_member: str | None = None
     target_member: str | None = None
 
@@ -61,9 +66,10 @@ class Source(Strict):
 
     @model_validator(mode="after")
     def _members_fit_format(self) -> "Source":
-        if self.format == "tsv" and self.target_member is not None:
-            raise ValueError("a tsv source holds both sides in source_member; drop target_member")
-        if self.format != "tsv" and (self.source_member is None) != (self.target_member is None):
+        if self.format in ("tsv", "ptb") and self.target_member is not None:
+            raise ValueError(f"a {self.format} source holds both sides in source_member; drop "
+                             "target_member")
+        if self.format not in ("tsv", "ptb") and (self.source_member is None) != (self.target_member is None):
             raise ValueError("give both source_member and target_member, or neither")
         return self
 

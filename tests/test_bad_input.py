@@ -182,6 +182,16 @@ def _prepare(world: World, name: str, members: dict[str, bytes]) -> list:
             "--out-dir", world.root / f"data-{name}"]
 
 
+def _prepare_treebank(world: World, name: str, members: dict[str, bytes]) -> list:
+    """``prepare`` of a train split that is one ptb source, a glob over ``members``."""
+    source = {"name": name, "url": f"file:{name}.tgz", "format": "ptb", "source_member": "wsj/*/*.mrg"}
+    experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]})
+    downloads = world.root / f"downloads-{name}"
+    write_tgz_bytes(downloads / file_name(Source(**source)), members)
+    return ["--experiment", experiment, "--split", "train", "--downloads", downloads,
+            "--out-dir", world.root / f"data-{name}"]
+
+
 def _train(world: World, **changes) -> list:
     options = {"--experiment": world.experiment, "--variant": "base", "--train-data": world.encoded,
                "--dev-data": world.encoded, "--out-dir": world.root / "variant",
@@ -234,6 +244,15 @@ CASES = [
      ["'uneven'", "has 2 sentences", "has 1"]),
     ("prepare-missing-member", "prepare", lambda w: _prepare(w, "member", {"other.txt": b"a\n"}),
      ["no member 'a.src'"]),
+    ("prepare-ptb-malformed-tree", "prepare",
+     lambda w: _prepare_treebank(w, "trees", {"wsj/02/a.mrg": b"( (S (NP (NN a)) (VP (VB b))) )\n\n( (S\n (NP x y)) )\n"}),
+     ["member wsj/02/a.mrg", "line 4 (tree 2)", "node 'NP' holds 2 word(s)"]),
+    ("prepare-ptb-glob-matches-nothing", "prepare",
+     lambda w: _prepare_treebank(w, "noglob", {"wsj/a.mrg": b"( (S (NP (NN a))) )\n"}),
+     ["no member matches 'wsj/*/*.mrg'", "wsj/a.mrg"]),
+    ("prepare-ptb-not-utf8", "prepare",
+     lambda w: _prepare_treebank(w, "latintrees", {"wsj/02/a.mrg": b"( (S (NP (NN a)))\n (VP (VB \xe4))) )\n"}),
+     ["member wsj/02/a.mrg", "line 2", "not UTF-8"]),
     ("prepare-downloads-missing", "prepare",
      lambda w: ["--experiment", w.experiment, "--split", "train", "--downloads", w.root / "nowhere",
                 "--out-dir", w.root / "data"], ["--downloads", "nowhere", "no such directory"]),
@@ -266,6 +285,7 @@ CASES = [
     ("average-last-negative", "average", lambda w: _average(w, "-3"), ["--last", "got -3"]),
     ("average-more-than-kept", "average", lambda w: _average(w, "5"), ["mixed", "2 checkpoints", "asks for 5"]),
     ("make-tiny-corpus-positional", "make-tiny-corpus", lambda w: [w.root / "t.tgz"], ["--out"]),
+    ("make-tiny-treebank-positional", "make-tiny-treebank", lambda w: [w.root / "t.tgz"], ["--out"]),
     ("score-line-counts-differ", "score", _score, ["hyp.txt has 3 lines", "ref.txt has 4"]),
     ("score-encoded-vocabulary-mismatch", "score",
      lambda w: _score(w, hypotheses=4, encoded=_encoded_with_vocabulary(w, 90)),

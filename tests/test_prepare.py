@@ -9,6 +9,7 @@ from reproduce.data.download import file_name
 from reproduce.data.prepare import CorpusMismatchError, TooFewPairsError, prepare_split
 from reproduce.data.sgm import parse_sgm_text
 from reproduce.data.text import UndecodableTextError
+from reproduce.parsing.trees import TreeError
 from tests.corpus_archives import wmt_like_members, write_tgz, write_tgz_bytes
 
 
@@ -106,7 +107,7 @@ bpe: {vocab_size: 100}
 training: {steps: 1}
 variants: {base: {}}
 """)
-    with pytest.raises(ConfigError, match=r"experiment\.yaml: data\.train\.0\.format: Input should be 'text', 'sgm' or 'tsv'"):
+    with pytest.raises(ConfigError, match=r"experiment\.yaml: data\.train\.0\.format: Input should be 'text', 'sgm', 'tsv' or 'ptb'"):
         load_experiment(config)
 
 
@@ -157,3 +158,74 @@ def test_only_newline_ends_a_sentence(tmp_path):
     report = prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
     assert report["sources"]["europarl"]["read"] == 3
     assert (tmp_path / "out/train.src").read_text() == "a b\nc d\ne f\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Penn Treebank sources (format: ptb, section 6.3)
+# --------------------------------------------------------------------------------------------
+MRG_22_01 = """( (S 
+    (NP-SBJ (DT The) (NN cat) )
+    (VP (VBD sat) 
+      (PP-LOC (IN on) 
+        (NP (DT the) (NN mat) )))
+    (. .) ))
+
+( (S (NP-SBJ-1 (PRP It) ) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1) ))) (. .) ))
+"""
+MRG_22_00 = "( (S (NP-SBJ (NNP Alice) ) (VP (VBD left) ) (. .) ))\n"
+
+
+def _treebank_source(member="treebank_3/parsed/mrg/wsj/22/*.mrg"):
+    return Source(name="wsj22", url="file:x/treebank.tgz", format="ptb", source_member=member)
+
+
+def _treebank_download(tmp_path, members, source=None):
+    return _downloaded(tmp_path / "dl", members, source or _treebank_source())
+
+
+def test_ptb_sources_give_words_and_linearised_trees_file_by_file_in_sorted_order(tmp_path):
+    downloads = _treebank_download(tmp_path, {  # written out of order; a subfolder not matched
+        "treebank_3/parsed/mrg/wsj/22/wsj_2201.mrg": MRG_22_01,
+        "treebank_3/parsed/mrg/wsj/22/wsj_2200.mrg": MRG_22_00,
+        "treebank_3/parsed/mrg/wsj/22/old/wsj_2299.mrg": "( (S (NP (NN x)) (VP (VB y))) )\n",
+        "treebank_3/parsed/mrg/wsj/23/wsj_2300.mrg": "( (S (NP (NN z)) (VP (VB w))) )\n",
+    })
+    report = prepare_split([_treebank_source()], "dev", downloads, tmp_path / "data", Cleaning())
+    assert report["sources"]["wsj22"] == {"read": 3, "kept": 3}
+    assert (tmp_path / "data/dev.src").read_text() == \
+        "Alice left .\nThe cat sat on the mat .\nIt was seen .\n"
+    assert (tmp_path / "data/dev.tgt").read_text() == (
+        "(S (NP XX )NP (VP XX )VP XX )S\n"
+        "(S (NP XX XX )NP (VP XX (PP XX (NP XX XX )NP )PP )VP XX )S\n"
+        "(S (NP XX )NP (VP XX (VP XX )VP )VP XX )S\n"
+    )
+
+
+def test_ptb_sources_may_name_one_member_or_a_plain_tree_file(tmp_path):
+    one = _treebank_source("wsj/wsj_2200.mrg")
+    _treebank_download(tmp_path, {"wsj/wsj_2200.mrg": MRG_22_00}, one)
+    prepare_split([one], "test", tmp_path / "dl", tmp_path / "one", Cleaning())
+    assert (tmp_path / "one/test.src").read_text() == "Alice left .\n"
+    plain = Source(name="lines", url="file:x/gold.txt", format="ptb")
+    (tmp_path / "dl" / file_name(plain)).write_text(
+        "(TOP (S (NP (PRP We)) (VP (VBD won)) (. !)))\n(S (NP (NNS Cats)) (VP (VBP purr)))\n")
+    prepare_split([plain], "test", tmp_path / "dl", tmp_path / "plain", Cleaning())
+    assert (tmp_path / "plain/test.src").read_text() == "We won !\nCats purr\n"
+
+
+def test_a_ptb_glob_matching_no_member_is_an_error_naming_it(tmp_path):
+    downloads = _treebank_download(tmp_path, {"treebank_3/parsed/mrg/wsj/23/wsj_2300.mrg": MRG_22_00})
+    with pytest.raises(FileNotFoundError, match=r"no member matches 'treebank_3/parsed/mrg/wsj/22/\*\.mrg'.*wsj_2300\.mrg"):
+        prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
+
+
+def test_a_malformed_tree_names_the_member_tree_and_line(tmp_path):
+    broken = MRG_22_01.replace("(NN mat) )))", "(NN mat) ))")  # the first tree never closes
+    downloads = _treebank_download(tmp_path, {"treebank_3/parsed/mrg/wsj/22/wsj_2201.mrg": broken})
+    with pytest.raises(TreeError, match=r"member treebank_3/parsed/mrg/wsj/22/wsj_2201\.mrg tree 1 \(from line 1\): unbalanced"):
+        prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
+
+
+def test_a_ptb_source_takes_no_target_member():
+    with pytest.raises(ValueError, match="a ptb source holds both sides in source_member; drop target_member"):
+        Source(name="wsj", url="file:x.tgz", format="ptb", source_member="a.mrg", target_member="b")

@@ -54,3 +54,21 @@ def test_a_reference_count_unlike_the_source_count_is_an_error_naming_the_member
     with pytest.raises(ValueError, match=r"newstest:dev/ref\.sgm.*gives 2 references.*read 3"):
         write_references([_test_source()], tmp_path / "dl", tmp_path / "dev.ref", expected_lines=3)
     assert not (tmp_path / "dev.ref").exists()
+
+
+def test_ptb_references_are_the_cleaned_gold_trees_one_per_line(tmp_path):
+    source = Source(name="wsj23", url="file:x/treebank.tgz", format="ptb",
+                    source_member="wsj/23/*.mrg")
+    write_tgz(tmp_path / "dl" / file_name(source), {
+        "wsj/23/wsj_2301.mrg": "( (S (NP-SBJ (PRP It) ) \n    (VP (VBZ runs) ) (. .) ))\n",
+        "wsj/23/wsj_2300.mrg": "( (S (NP-SBJ-1 (DT The) (NN dog) )\n  (VP (VBD was) (VP (VBN fed) "
+                               "(NP (-NONE- *-1) ))) (. .) ))\n",
+    })
+    assert write_references([source], tmp_path / "dl", tmp_path / "test.ref", expected_lines=2) == 2
+    assert (tmp_path / "test.ref").read_text() == (
+        "(S (NP (DT The) (NN dog)) (VP (VBD was) (VP (VBN fed))) (. .))\n"
+        "(S (NP (PRP It)) (VP (VBZ runs)) (. .))\n"
+    )
+    with pytest.raises(ValueError, match=r"wsj23:wsj/23/\*\.mrg: read as gold trees, it gives 2 references.*read 3"):
+        write_references([source], tmp_path / "dl", tmp_path / "other.ref", expected_lines=3)
+    assert not (tmp_path / "other.ref").exists()

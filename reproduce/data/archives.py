@@ -1,9 +1,11 @@
 """Reading the members a corpus needs out of tar, tgz, zip and gz archives, without unpacking the
 rest (the WMT14 archives are several GB). A member whose name ends in ``.gz`` is decompressed on
-the way out (e.g. giga-fren inside training-giga-fren.tar)."""
+the way out (e.g. giga-fren inside training-giga-fren.tar). A treebank's many files are named by
+a glob (:func:`matching_members`)."""
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import shutil
 import tarfile
@@ -27,6 +29,41 @@ def extract_member(archive: Path, member: str | None, destination: Path) -> Path
         with destination.open("wb") as out:
             shutil.copyfileobj(stream, out, length=1 << 20)
     return destination
+
+
+def matching_members(archive: Path, pattern: str) -> list[str]:
+    """The files of ``archive`` matching the glob ``pattern``, sorted; each ``*``, ``?`` or
+    ``[...]`` matches within one folder. A pattern without them names one member as it is."""
+    if not any(character in pattern for character in "*?["):
+        return [pattern]
+    names = _file_names(archive, pattern)
+    matches = sorted(name for name in names if _matches(name, pattern))
+    if not matches:
+        raise MissingMemberError(
+            f"{archive}: no member matches {pattern!r}; it holds {len(names)} files, e.g. "
+            f"{', '.join(names[:8])}"
+        )
+    return matches
+
+
+def _matches(name: str, pattern: str) -> bool:
+    parts, pattern_parts = name.split("/"), pattern.split("/")
+    return len(parts) == len(pattern_parts) and all(
+        fnmatch.fnmatchcase(part, pattern_part) for part, pattern_part in zip(parts, pattern_parts)
+    )
+
+
+def _file_names(archive: Path, pattern: str) -> list[str]:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as bundle:
+            return [name for name in bundle.namelist() if not name.endswith("/")]
+    if tarfile.is_tarfile(archive):
+        with tarfile.open(archive, "r:*") as bundle:
+            return [info.name for info in bundle.getmembers() if info.isfile()]
+    raise MissingMemberError(
+        f"{archive}: not a tar or zip archive, so no member matches {pattern!r}"
+        " (leave source_member empty for a plain file)"
+    )
 
 
 def _open_member(archive: Path, member: str | None) -> BinaryIO:

@@ -1,5 +1,6 @@
 """Preparation of one split: the declared members are extracted, read as sentence pairs (plain
-text, SGM or TSV), Unicode-normalised, and, for training data only, cleaned:
+text, SGM, TSV, or Penn Treebank trees: the cleaned tree's words and its linearisation, section
+6.3), Unicode-normalised, and, for training data only, cleaned:
 
 * pairs with an empty side are dropped,
 * pairs with more than ``max_tokens`` whitespace tokens on either side are dropped,
@@ -30,7 +31,10 @@ from reproduce.data.archives import extract_member
 from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.text import iter_lines
+from reproduce.data.treebank import read_source_trees
 from reproduce.errors import ReproduceError
+from reproduce.parsing.linearize import linearize
+from reproduce.parsing.trees import leaves
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,10 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
 def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
     if not archive.exists():
         raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
+    if source.format == "ptb":
+        for tree in read_source_trees(source, archive, scratch):
+            yield " ".join(leaves(tree)), linearize(tree)
+        return
     if source.format == "tsv":
         path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
         yield from _read_tsv(path, source, _label(archive, source.source_member))

@@ -13,6 +13,10 @@ not against a cleaned copy: no Unicode normalisation, no HTML unescaping. Its re
 So the reference file scored here is what sacreBLEU itself would score against, and its
 signature means what it means in other papers. Normalisation and cleaning
 (:mod:`reproduce.data.prepare`) stay where they belong: on what the model is trained on and fed.
+
+For a ``ptb`` source (parsing, section 6.3) the references are the gold trees, cleaned as for
+training (:mod:`reproduce.data.treebank`: no empty elements, function tags or wrapper; POS tags
+kept, since EVALB identifies punctuation by them), one tree per line.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pathlib import Path
 from reproduce.config import Source
 from reproduce.data.archives import extract_member
 from reproduce.data.download import file_name
+from reproduce.data.treebank import read_source_trees
+from reproduce.parsing.trees import format_tree
 
 _SEGMENT_LINE = re.compile(r"<seg.*?>(.*)</seg>.*?")
 _WHITESPACE_RUN = re.compile(r"\s+")
@@ -55,17 +61,21 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
     references: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
         for source in sources:
+            archive = download_dir / file_name(source)
+            if source.format == "ptb":
+                references += map(format_tree, read_source_trees(source, archive, Path(scratch)))
+                continue
             member = source.target_member if source.format != "tsv" else source.source_member
-            extracted = extract_member(download_dir / file_name(source), member,
-                                       Path(scratch) / f"{source.name}.ref")
+            extracted = extract_member(archive, member, Path(scratch) / f"{source.name}.ref")
             references += reference_lines(extracted, source.format)
     if len(references) != expected_lines:
         members = ", ".join(f"{source.name}:{source.target_member or source.source_member}"
                             for source in sources)
+        reading = "as gold trees" if sources[0].format == "ptb" else \
+            f"as sacreBLEU reads references ({sources[0].format})"
         raise ValueError(
-            f"{members}: read as sacreBLEU reads references ({sources[0].format}), it gives "
-            f"{len(references)} references, but preparation read {expected_lines} sentences; "
-            "expected one reference per source sentence"
+            f"{members}: read {reading}, it gives {len(references)} references, but preparation "
+            f"read {expected_lines} sentences; expected one reference per source sentence"
         )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     temporary = out_path.with_name(out_path.name + ".tmp")
