@@ -87,8 +87,8 @@ def _trained_with(experiment_file: Path) -> dict:
     return trained_settings(experiment.variant("base"), experiment)
 
 
-def _experiment(path: Path, sources: dict[str, list[dict]]) -> Path:
-    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+def _experiment(path: Path, sources: dict[str, list[dict]], base: str = "tiny") -> Path:
+    raw = yaml.safe_load((ROOT / f"configs/{base}.yaml").read_text())
     raw["data"].update(sources)
     raw["model"].update(d_model=16, **SMALL_MODEL)  # the checkpoints' model
     path.write_text(yaml.safe_dump(raw))
@@ -185,7 +185,7 @@ def _prepare(world: World, name: str, members: dict[str, bytes]) -> list:
 def _prepare_treebank(world: World, name: str, members: dict[str, bytes]) -> list:
     """``prepare`` of a train split that is one ptb source, a glob over ``members``."""
     source = {"name": name, "url": f"file:{name}.tgz", "format": "ptb", "source_member": "wsj/*/*.mrg"}
-    experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]})
+    experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]}, base="tiny_parsing")
     downloads = world.root / f"downloads-{name}"
     write_tgz_bytes(downloads / file_name(Source(**source)), members)
     return ["--experiment", experiment, "--split", "train", "--downloads", downloads,

@@ -56,6 +56,7 @@ def pipeline(tmp_path_factory) -> Path:
     experiment["tables"]["table2"] = {"base": "base"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline_config = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+    pipeline_config["experiments"] = ["configs/tiny.yaml"]  # parsing: tests/test_parsing_e2e.py
     (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline_config))
     result = _snakemake(workdir, "all")
     assert result.returncode == 0, result.stderr[-5000:]
