@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError,
+                      field_validator, model_serializer, model_validator)
 
 from reproduce.errors import ReproduceError
 
@@ -109,8 +110,20 @@ class BpeConfig(Strict):
 # Model, training, decoding
 # --------------------------------------------------------------------------------------------
 class ModelConfig(Strict):
-    """Hyper-parameters of Table 3's columns (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls)."""
+    """Hyper-parameters of Table 3's columns (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls).
 
+    ``architecture: rnn`` is Table 2's recurrent baseline (:mod:`reproduce.model.recurrent`):
+    ``layers`` LSTM layers per stack, ``d_model`` the embedding and hidden width (d_model/2 per
+    direction in the bidirectional encoder), ``dropout`` and ``label_smoothing`` as for the
+    Transformer; ``heads``, ``d_k``, ``d_v``, ``d_ff``, ``attention_dropout``, ``max_positions``
+    are ignored, and ``attention_radius`` or ``positional: learned`` are refused.
+    """
+
+    # The Transformer of section 3, or an LSTM encoder-decoder with attention (Luong et al. 2015).
+    architecture: Literal["transformer", "rnn"] = "transformer"
+    # rnn only: the score of a decoder state h_t against an encoder state h_s: multiplicative =
+    # Luong's "general" h_t^T W h_s, additive = Bahdanau et al.'s v^T tanh(W1 h_t + W2 h_s).
+    rnn_attention: Literal["additive", "multiplicative"] = "multiplicative"
     layers: int = Field(default=6, gt=0)
     d_model: int = Field(default=512, gt=0)
     d_ff: int = Field(default=2048, gt=0)
@@ -128,6 +141,32 @@ class ModelConfig(Strict):
     # at most this far away (and, in the decoder, not ahead). None = unrestricted, as the paper's
     # models; cross-attention is never restricted.
     attention_radius: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _recurrent_settings_an_rnn_can_honour(self) -> "ModelConfig":
+        if self.architecture != "rnn":
+            return self
+        if self.attention_radius is not None:
+            raise ValueError("attention_radius restricts self-attention, which architecture rnn "
+                             "does not have; remove it (or use architecture transformer)")
+        if self.positional == "learned":
+            raise ValueError("positional: learned adds position embeddings, which architecture "
+                             "rnn does not use (its LSTMs see the order); use sinusoidal (ignored)")
+        if self.d_model % 2:
+            raise ValueError(f"architecture rnn needs an even d_model (the bidirectional encoder "
+                             f"has d_model/2 units per direction), got {self.d_model}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _transformer_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """A Transformer's settings leave out ``architecture`` and ``rnn_attention``, so its
+        :func:`trained_settings` and fingerprint are those it had before the rnn existed and its
+        runs still resume."""
+        dumped = handler(self)
+        if self.architecture == "transformer":
+            dumped.pop("architecture")
+            dumped.pop("rnn_attention")
+        return dumped
 
 
 class CheckpointConfig(Strict):
@@ -260,8 +299,9 @@ class ResolvedVariant(Strict):
 
 
 class TablesConfig(Strict):
-    # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)".
-    table2: dict[Literal["base", "big"], str] = {}
+    # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)", and our
+    # recurrent baseline (a variant with model.architecture: rnn), shown beside them.
+    table2: dict[Literal["base", "big", "rnn"], str] = {}
     # Rate per GPU for the paper-style FLOPs estimate. None (the default): the datasheet peak of
     # the GPU that ran, at its training precision (reproduce/tables/gpu_peak_rates.py; the
     # paper's P100 = 9.5e12). Set it to force one rate for every run.
@@ -319,6 +359,12 @@ class Experiment(Strict):
             for role, name in getattr(self.tables, table).items():
                 if name not in self.variants:
                     raise ValueError(f"tables.{table}.{role} names unknown variant {name!r}")
+        for role, name in self.tables.table2.items():
+            architecture = self.variant(name).model.architecture
+            if (architecture == "rnn") != (role == "rnn"):
+                expected = "an rnn" if role == "rnn" else "a transformer"
+                raise ValueError(f"tables.table2.{role}: Table 2's {role} row needs {expected} "
+                                 f"variant; {name!r} is model.architecture {architecture!r}")
         return self
 
     @model_validator(mode="after")

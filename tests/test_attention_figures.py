@@ -7,6 +7,7 @@ import torch
 from reproduce.cli import main
 from reproduce.config import BpeConfig, ModelConfig
 from reproduce.data.bpe import train_sentencepiece
+from reproduce.model.architectures import build_model
 from reproduce.model.transformer import Transformer
 from reproduce.training.checkpoints import save_checkpoint
 
@@ -66,3 +67,15 @@ def test_bad_choices_are_one_line_errors(model_files, tmp_path, sentences, layer
     folder, spm = model_files
     with pytest.raises(SystemExit, match=message):
         main(_arguments(folder, spm, tmp_path / "figures", sentences, layers))
+
+
+def test_an_rnn_checkpoint_is_refused_in_one_line(model_files, tmp_path):
+    folder, spm = model_files
+    config = ModelConfig(architecture="rnn", layers=1, d_model=16)
+    save_checkpoint({"model": build_model(config, 60).state_dict(), "model_config": config.model_dump(),
+                     "vocab_size": 60, "step": 0}, tmp_path / "averaged.pt")
+    (tmp_path / "test.src").write_text((folder / "test.src").read_text())
+    (tmp_path / "test.txt").write_text((folder / "test.txt").read_text())
+    with pytest.raises(SystemExit, match=r"averaged\.pt: a model\.architecture rnn model has no "
+                                         r"attention heads to plot; Figures 3-5 need a Transformer"):
+        main(_arguments(tmp_path, spm, tmp_path / "figures"))

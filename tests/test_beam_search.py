@@ -7,24 +7,25 @@ import torch
 
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import beam_search, greedy_search, length_penalty
-from reproduce.model.transformer import Transformer
+from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
 VOCAB = 7  # PAD, UNK, BOS, EOS and three word-pieces
 GENERATABLE = [UNK, 4, 5, 6]
 
 
-def peaky_model(seed: int) -> Transformer:
+def peaky_model(seed: int, architecture: str = "transformer") -> Seq2Seq:
     """An untrained model with large weights: skewed but not degenerate next-token distributions."""
     torch.manual_seed(seed)
-    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0)
-    model = Transformer(config, VOCAB).eval()
+    config = ModelConfig(architecture=architecture, layers=1, d_model=16, d_ff=32, heads=2,
+                         d_k=8, d_v=8, dropout=0.0)
+    model = build_model(config, VOCAB).eval()
     with torch.no_grad():
         model.embedding.weight.mul_(4.0)
     return model
 
 
-def sequence_log_prob(model: Transformer, source: torch.Tensor, output: list[int]) -> float:
+def sequence_log_prob(model: Seq2Seq, source: torch.Tensor, output: list[int]) -> float:
     target_input = torch.tensor([[BOS] + output[:-1]])
     log_probs = torch.log_softmax(model(source, target_input)[0], dim=-1)
     return sum(log_probs[position, token].item() for position, token in enumerate(output))
@@ -44,8 +45,9 @@ def exhaustive_search(model, source, alpha, max_length):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_a_wide_beam_finds_the_exhaustive_optimum(seed, alpha):
-    model = peaky_model(seed)
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_a_wide_beam_finds_the_exhaustive_optimum(seed, alpha, architecture):
+    model = peaky_model(seed, architecture)
     source = torch.tensor([[4, 5, EOS]])  # 3 real tokens + offset 1 -> at most 4 output tokens
     expected, _ = exhaustive_search(model, source, alpha, max_length=4)
     # 4^3 = 64 live prefixes at most: a beam of 64 keeps every one of them.
@@ -64,15 +66,17 @@ def test_the_default_beam_never_claims_more_than_the_exhaustive_optimum(seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_beam_of_one_equals_greedy_decoding(seed):
-    model = peaky_model(seed)
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_beam_of_one_equals_greedy_decoding(seed, architecture):
+    model = peaky_model(seed, architecture)
     source = torch.tensor([[4, 5, 6, 5, EOS], [6, 4, EOS, PAD, PAD]])
     greedy = greedy_search(model, source, max_length_offset=6)
     assert beam_search(model, source, beam_size=1, alpha=0.0, max_length_offset=6) == greedy
 
 
-def test_a_sentence_decodes_the_same_alone_and_inside_a_padded_batch():
-    model = peaky_model(7)
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_a_sentence_decodes_the_same_alone_and_inside_a_padded_batch(architecture):
+    model = peaky_model(7, architecture)
     sentences = [[4, 5, EOS], [6, 6, 4, 5, 4, EOS], [5, EOS]]
     alone = [beam_search(model, torch.tensor([s]), 4, 0.6, 5)[0] for s in sentences]
     batch = torch.full((3, 6), PAD)
@@ -96,9 +100,10 @@ def test_length_penalty_formula():
     assert length_penalty(13, 0.0) == 1.0
 
 
-def test_sentences_leaving_the_batch_early_do_not_change_the_others():
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_sentences_leaving_the_batch_early_do_not_change_the_others(architecture):
     """Done sentences are dropped from the batch step by step; every result equals decoding alone."""
-    model = peaky_model(3)
+    model = peaky_model(3, architecture)
     generator = torch.Generator().manual_seed(5)
     sentences = [torch.randint(4, VOCAB, (int(length),), generator=generator).tolist() + [EOS]
                  for length in torch.randint(1, 9, (12,), generator=generator)]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import ConfigError, load_experiment
+from reproduce.config import ConfigError, load_experiment, trained_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ TABLE3 = {  # variant: (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positiona
 
 def test_wmt14_en_de_holds_every_table3_row_with_the_papers_hyper_parameters():
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
-    assert set(experiment.variants) == set(TABLE3)
+    assert set(experiment.variants) == set(TABLE3) | {"rnn"}  # rnn: Table 2's recurrent baseline
     for name, expected in TABLE3.items():
         variant = experiment.variant(name)
         m = variant.model
@@ -187,4 +187,45 @@ def test_table4_belongs_to_parsing_experiments_only(tmp_path):
     path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match="only a parsing experiment"):
+        load_experiment(path)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"attention_radius": 16}, r"attention_radius restricts self-attention"),
+    ({"positional": "learned"}, r"positional: learned adds position embeddings"),
+    ({"d_model": 63}, r"architecture rnn needs an even d_model .*got 63"),
+])
+def test_settings_an_rnn_cannot_honour_are_refused_naming_the_variant(tmp_path, override, message):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["rnn"]["model"].update(override))
+    with pytest.raises(ConfigError, match=rf"bad\.yaml: variants\.rnn\.model: {message}"):
+        load_experiment(path)
+
+
+def test_the_shipped_rnn_variants_stay_out_of_table_3_and_fill_table_2():
+    for name in ("tiny", "wmt14_en_de", "wmt14_en_fr"):
+        experiment = load_experiment(ROOT / f"configs/{name}.yaml")
+        assert experiment.tables.table2["rnn"] == "rnn" and experiment.variants["rnn"].table3_row is None
+        assert experiment.variant("rnn").model.architecture == "rnn"
+    model = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("rnn").model
+    assert (model.layers, model.d_model, model.dropout) == (4, 1000, 0.2)  # Luong et al. 2015
+
+
+def test_a_transformers_trained_settings_do_not_name_the_architecture():
+    """Settings (and fingerprints) of Transformer runs are those before the rnn existed."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    base = trained_settings(experiment.variant("base"), experiment)
+    assert not any(key.startswith(("model.architecture", "model.rnn_attention")) for key in base)
+    rnn = trained_settings(experiment.variant("rnn"), experiment)
+    assert (rnn["model.architecture"], rnn["model.rnn_attention"]) == ("rnn", "multiplicative")
+
+
+@pytest.mark.parametrize(("role", "variant", "message"), [
+    ("rnn", "base", "tables.table2.rnn: Table 2's rnn row needs an rnn variant; 'base' is "
+                    "model.architecture 'transformer'"),
+    ("base", "rnn", "tables.table2.base: Table 2's base row needs a transformer variant; 'rnn' is "
+                    "model.architecture 'rnn'"),
+])
+def test_table2_rows_name_variants_of_their_architecture(tmp_path, role, variant, message):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["tables"]["table2"].update({role: variant}))
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_experiment(path)

@@ -18,7 +18,8 @@ from tests.project_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-VARIANTS = ["base", "A_h1", "E_learned"]
+VARIANTS = ["base", "A_h1", "E_learned", "rnn"]
+TABLE3_VARIANTS = ["base", "A_h1", "E_learned"]  # rnn is Table 2's recurrent baseline only
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def pipeline(tmp_path_factory) -> Path:
     experiment["training"] |= {"steps": 300, "warmup_steps": 100, "eval_every_steps": 100}
     experiment["training"]["checkpoints"]["every_steps"] = 50  # 6 checkpoints, the last 5 averaged
     experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
-    experiment["tables"]["table2"] = {"base": "base"}
+    experiment["tables"]["table2"] = {"base": "base", "rnn": "rnn"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline_config = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
     pipeline_config["experiments"] = ["configs/tiny.yaml"]  # parsing: tests/test_parsing_e2e.py
@@ -70,7 +71,12 @@ def test_tables_hold_real_numbers_for_every_variant(pipeline):
     for name in ("bleu_vs_parameters.png", "dev_perplexity.png"):
         assert (tables / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table3 = pd.read_csv(tables / "table3.csv")
-    assert len(table3) == len(VARIANTS)
+    assert list(table3["variant"]) == TABLE3_VARIANTS
+    table2 = pd.read_csv(tables / "table2.csv").set_index("status")
+    for variant in ("base", "rnn"):  # our rows, scored, with exact FLOPs from training
+        row = table2.loc[f"ours: {variant}"]
+        assert 0.0 < row["BLEU (tokenized)"] <= 100.0 and row["FLOPs (exact count)"] > 0, variant
+    assert table2.loc["ours: rnn", "model"].startswith("LSTM encoder-decoder")
     assert "4.92" in (tables / "table3.md").read_text()  # the paper's base PPL beside ours
 
 

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def make_experiment(pair: str = "en_de", table2: dict | None = None) -> Experiment:
+def make_experiment(pair: str = "en_de", table2: dict | None = None,
+                    more_variants: dict | None = None) -> Experiment:
     source = {"name": "corpus", "url": "file:corpus.tgz"}
     return Experiment.model_validate({
         "name": "toy",
@@ -40,7 +41,7 @@ def make_experiment(pair: str = "en_de", table2: dict | None = None) -> Experime
             "big": {"table3_row": "big", "model": {"d_model": 128, "dropout": 0.3},
                     "training": {"steps": 900, "checkpoints": {"keep_last": 20},
                                  "average_last": 20}},
-        },
+        } | (more_variants or {}),
     })
 
 
@@ -60,7 +61,7 @@ def results(tmp_path) -> Path:
     base = tmp_path / "results" / "toy" / "base"
     write_json(base / "train/summary.json", {
         "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
-        "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100"})
+        "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100"})
     write_json(base / "bleu.json", {"dataset": "toy", "variant": "base",
                                     "dev": scores(21.5, 20.0, 6.25),
                                     "test": scores(23.25, 22.0, 5.5)})
@@ -72,6 +73,7 @@ def results(tmp_path) -> Path:
     a_h1 = tmp_path / "results" / "toy" / "A_h1"
     write_json(a_h1 / "train/summary.json", {
         "parameters": 1_500_000, "source_tokens": 800, "target_tokens": 900, "gpu_hours": 0.0,
+        "training_flops": 3_100_000_000,
         "world_size": 1, "device": "cpu"})
     learned = tmp_path / "results" / "toy" / "E_learned" / "train/metrics.jsonl"
     learned.parent.mkdir(parents=True)
@@ -134,7 +136,7 @@ def test_table2_computes_the_difference_and_the_training_cost(results, tmp_path)
     # The toy trains in fp32: the H100's FP32 peak, not the paper's P100 rate.
     assert base["rate basis"] == "H100 SXM, fp32 peak" and base["peak FLOPs/s per GPU"] == 67e12
     assert base["FLOPs (GPU-hours x rate)"] == pytest.approx(2.0 * 3600 * 67e12)
-    assert base["FLOPs (6 x params x tokens)"] == pytest.approx(6 * 2_000_000 * (1000 + 1500))
+    assert base["FLOPs (exact count)"] == 7_250_000_000  # summary.json's training_flops
     assert base["paper FLOPs"] == pytest.approx(3.3e18)
     big = table.loc["Transformer (big)"]
     assert big["status"] == "pending: not started (big)"
@@ -159,7 +161,8 @@ def test_table2_lists_the_cited_systems_after_ours(results, tmp_path):
                                " last 20)")
     notes = markdown.split("Notes:")[1]
     assert "| Transformer (big)" in markdown
-    assert "6 x params x tokens" in notes and "tok:13a" in notes
+    assert "FLOPs (exact count)" in notes and "tok:13a" in notes
+    assert "6 x params" not in markdown and "recurrent baseline" not in notes  # no rnn mapped
 
 
 def test_table2_follows_the_paper_language_pair_and_the_variant_mapping(results, tmp_path):
@@ -169,11 +172,35 @@ def test_table2_follows_the_paper_language_pair_and_the_variant_mapping(results,
     ours = table.loc["Transformer (base model)"]
     assert ours["paper BLEU"] == 38.1 and ours["status"] == "pending: trained, not scored (A_h1)"
     assert pd.isna(ours["FLOPs (GPU-hours x rate)"])  # a CPU run has no GPU time
-    assert ours["FLOPs (6 x params x tokens)"] == pytest.approx(6 * 1_500_000 * 1700)
+    assert ours["FLOPs (exact count)"] == 3_100_000_000
     # big is not mapped: the paper's big row is cited like the other systems.
     assert table.loc["Transformer (big)", "status"] == "cited, not reproduced"
     assert table.loc["Deep-Att + PosUnk", "paper BLEU"] == 39.2
     assert "ByteNet" not in table.index  # no EN-FR number
+
+
+def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path):
+    experiment = make_experiment(
+        table2={"base": "base", "big": "big", "rnn": "lstm"},
+        more_variants={"lstm": {"model": {"architecture": "rnn", "rnn_attention": "additive"}}})
+    lstm = results / "toy" / "lstm"
+    write_json(lstm / "train/summary.json", {
+        "parameters": 900_000, "source_tokens": 700, "target_tokens": 750, "gpu_hours": 1.5,
+        "training_flops": 4_400_000_000, "world_size": 1, "device": "NVIDIA H100"})
+    write_json(lstm / "bleu.json", {"dataset": "toy", "variant": "lstm",
+                                    "dev": scores(15.0, 14.0, 9.0), "test": scores(16.5, 15.5, 8.0)})
+    render_tables(experiment, results, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables/table2.csv")
+    assert list(table["model"][:3]) == ["Transformer (base model)", "Transformer (big)",
+                                        "LSTM encoder-decoder + attention (Luong et al. 2015)"]
+    rnn = table.iloc[2]
+    assert rnn["status"] == "ours: lstm" and rnn["BLEU (tokenized)"] == 16.5
+    assert rnn["GPU-hours"] == 1.5 and rnn["FLOPs (exact count)"] == 4_400_000_000
+    assert rnn["FLOPs (GPU-hours x rate)"] == pytest.approx(1.5 * 3600 * 67e12)
+    assert pd.isna(rnn["paper BLEU"]) and pd.isna(rnn["BLEU - paper"]) and pd.isna(rnn["paper FLOPs"])
+    assert (table["status"] == "cited, not reproduced").sum() == 6  # the cited rows stay
+    notes = (tmp_path / "tables/table2.md").read_text().split("Notes:")[1]
+    assert "(variant lstm): our recurrent baseline" in notes and "additive global attention" in notes
 
 
 def test_plots_are_written_with_partial_results(results, tmp_path):

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from reproduce.model.transformer import DecoderCache, Transformer
+from reproduce.model.architectures import Seq2Seq
+from reproduce.model.transformer import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD
 
 NEGATIVE_INFINITY = float("-inf")
@@ -40,7 +41,7 @@ def _max_output_lengths(source: Tensor, max_length_offset: int) -> Tensor:
 
 
 def _next_token_log_probs(
-    model: Transformer, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
+    model: Seq2Seq, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
     max_lengths: Tensor,
 ) -> Tensor:
     """log p(next token) ``[rows, V]``: PAD and BOS never generated, EOS forced at max length."""
@@ -59,7 +60,7 @@ def _next_token_log_probs(
 class _Search:
     """The state of a batch's search, row-aligned with the sentences still searching."""
 
-    def __init__(self, model: Transformer, source: Tensor, beam: int, alpha: float, max_length_offset: int):
+    def __init__(self, model: Seq2Seq, source: Tensor, beam: int, alpha: float, max_length_offset: int):
         batch, device = source.size(0), source.device
         self.beam, self.alpha = beam, alpha
         self.sentences = torch.arange(batch, device=device)  # original index of each row
@@ -79,7 +80,7 @@ class _Search:
     def size(self) -> int:
         return self.sentences.size(0)
 
-    def advance(self, model: Transformer, step: int) -> Tensor:
+    def advance(self, model: Seq2Seq, step: int) -> Tensor:
         """One time step for every row; returns which sentences are done after it."""
         batch, beam, device = self.size, self.beam, self.sentences.device
         log_probs = _next_token_log_probs(
@@ -135,7 +136,7 @@ class _Search:
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer,
+    model: Seq2Seq,
     source: Tensor,  # [B, S], right-padded, each sentence ending with EOS
     beam_size: int = 4,
     alpha: float = 0.6,
@@ -158,7 +159,7 @@ def beam_search(
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
+def greedy_search(model: Seq2Seq, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
     """Arg-max decoding with the same length limit (the reference for beam size 1)."""
     model.eval()
     batch, device = source.size(0), source.device

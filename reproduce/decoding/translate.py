@@ -21,7 +21,7 @@ from reproduce.data.bpe import load_sentencepiece
 from reproduce.data.text import read_lines
 from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import ReproduceError
-from reproduce.model.transformer import Transformer
+from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import CheckpointError, load_checkpoint
 
@@ -37,7 +37,7 @@ class LineCountError(ReproduceError):
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
-               expected_settings: dict | None = None) -> Transformer:
+               expected_settings: dict | None = None) -> Seq2Seq:
     """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
     refused when ``expected_settings`` (:func:`reproduce.config.trained_settings`) differ from
     the settings it was trained with."""
@@ -48,13 +48,13 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
             f"{checkpoint}: trained with other settings than the experiment now has ({differences}); "
             f"retrain the variant (`reproduce train ... --restart`) before decoding"
         )
-    model = Transformer(ModelConfig.model_validate(state["model_config"]), state["vocab_size"])
+    model = build_model(ModelConfig.model_validate(state["model_config"]), state["vocab_size"])
     model.load_state_dict(state["model"])
     return model.to(device).eval()
 
 
 def translate_sentences(
-    model: Transformer,
+    model: Seq2Seq,
     processor: sentencepiece.SentencePieceProcessor,
     sentences: list[str],
     decoding: DecodingConfig,

@@ -24,9 +24,14 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from reproduce.decoding.translate import load_model  # noqa: E402
+from reproduce.errors import ReproduceError  # noqa: E402
 from reproduce.model.inspection import KINDS, attention_maps  # noqa: E402
 from reproduce.special_tokens import BOS, EOS  # noqa: E402
 from reproduce.tables.plots import save_figure  # noqa: E402
+
+class NotATransformerError(ReproduceError):
+    """The checkpoint holds a model without the Transformer's attention heads."""
+
 
 TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
           "cross": "encoder-decoder attention"}
@@ -75,6 +80,10 @@ def plot_attention(checkpoint: Path, spm_model: Path, source_file: Path, target_
     of ``source_file``/``target_file``), layer (1-based; None = the last) and attention kind."""
     sources, targets = chosen_lines(source_file, sentences), chosen_lines(target_file, sentences)
     model = load_model(checkpoint)
+    if model.config.architecture != "transformer":
+        raise NotATransformerError(
+            f"{checkpoint}: a model.architecture {model.config.architecture} model has no "
+            f"attention heads to plot; Figures 3-5 need a Transformer checkpoint")
     available = len(model.encoder)
     layers = layers or [available]
     if any(not 1 <= layer <= available for layer in layers):

@@ -1,4 +1,5 @@
-"""Exact FLOP counts of the Transformer, for throughput and model FLOPs utilisation (MFU).
+"""Exact FLOP counts of the Transformer (and of the recurrent baseline, :class:`RecurrentFlops`),
+for throughput and model FLOPs utilisation (MFU).
 
 Not 6 x parameters x all tokens: a source token passes only through the encoder (and the
 decoder's encoder-decoder key/value projections), a target token only through the decoder and the
@@ -82,3 +83,61 @@ class TransformerFlops:
     def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
         """FLOPs of one training pass (forward and backward)."""
         return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
+
+
+@dataclass(frozen=True)
+class RecurrentFlops:
+    """Forward-pass FLOPs of the recurrent baseline (:mod:`reproduce.model.recurrent`), with the
+    same conventions: matrix products only (a multiply-add = 2), gate non-linearities, biases,
+    softmax and dropout left out, padding not counted (the encoder runs packed sequences).
+    With d = d_model, H = d/2 units per encoder direction, N layers per stack:
+
+    * per source token: each encoder layer's two directions, 2 x 4H (d + H) each (the four gates'
+      input and recurrent matrices; every layer's input is d wide), and the attention's
+      encoder-side product W h_s, d^2;
+    * per target token: each decoder layer, 2 x 4d (d + d); additive attention's query W_1 h_t,
+      d^2; the combination W_c [c_t; h_t], 2d^2; the output projection, d V;
+    * per (target, source) pair: the score (h_t . W h_s, or v_a . tanh(...)), d, and the
+      context's weighted sum, d.
+    """
+
+    config: ModelConfig
+    vocab_size: int
+
+    @staticmethod
+    def _lstm_layer(inputs: int, units: int) -> int:
+        """One LSTM layer and direction, per token: W_i x + W_h h for the four gates."""
+        return 2 * 4 * units * (inputs + units)
+
+    def per_source_token(self) -> int:
+        d = self.config.d_model
+        encoder = self.config.layers * 2 * self._lstm_layer(d, d // 2)
+        return encoder + 2 * d * d
+
+    def per_target_token(self) -> int:
+        d = self.config.d_model
+        decoder = self.config.layers * self._lstm_layer(d, d)
+        query = 2 * d * d if self.config.rnn_attention == "additive" else 0
+        return decoder + query + 2 * 2 * d * d + 2 * d * self.vocab_size
+
+    def attention(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """Scores and context vectors over every (target, source) pair of every sentence."""
+        s = np.asarray(source_positions, dtype=np.int64)
+        t = np.asarray(target_positions, dtype=np.int64)
+        return int(2 * 2 * self.config.d_model * (t * s).sum())
+
+    def forward(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one forward pass over pairs with these real lengths (no padding counted)."""
+        return (self.per_source_token() * int(np.sum(source_positions))
+                + self.per_target_token() * int(np.sum(target_positions))
+                + self.attention(source_positions, target_positions))
+
+    def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one training pass (forward and backward)."""
+        return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
+
+
+def model_flops(config: ModelConfig, vocab_size: int) -> TransformerFlops | RecurrentFlops:
+    """The FLOP count of ``config.architecture``."""
+    counter = RecurrentFlops if config.architecture == "rnn" else TransformerFlops
+    return counter(config, vocab_size)

@@ -1,4 +1,5 @@
-"""Analytic parameter count of the model, the formula behind Table 3's last column."""
+"""Analytic parameter count of the model, the formula behind Table 3's last column (and of the
+recurrent baseline, :func:`recurrent_parameter_count`)."""
 
 from reproduce.config import ModelConfig
 
@@ -12,8 +13,11 @@ def analytic_parameter_count(config: ModelConfig, vocab_size: int) -> int:
       feed-forward:  d*d_ff + d_ff + d_ff*d + d
       layer norm:    2*d each (one per sub-layer)
     encoder layers have 1 attention + FFN + 2 norms, decoder layers 2 attentions + FFN + 3 norms;
-    a learned positional embedding adds max_positions*d.
+    a learned positional embedding adds max_positions*d. An rnn configuration is counted by
+    :func:`recurrent_parameter_count`.
     """
+    if config.architecture == "rnn":
+        return recurrent_parameter_count(config, vocab_size)
     d, h = config.d_model, config.heads
     attention = d * h * (2 * config.d_k + config.d_v) + h * (2 * config.d_k + config.d_v)
     attention += h * config.d_v * d + d
@@ -25,3 +29,21 @@ def analytic_parameter_count(config: ModelConfig, vocab_size: int) -> int:
     if config.positional == "learned":
         total += config.max_positions * d
     return total
+
+
+def recurrent_parameter_count(config: ModelConfig, vocab_size: int) -> int:
+    """Parameters of :class:`reproduce.model.recurrent.RecurrentSeq2Seq` for ``config``.
+
+    shared embedding V*d; an LSTM layer of u units over inputs of width i has 4u(i + u) weights
+    and 2 x 4u biases (nn.LSTM's b_ih and b_hh); the encoder has two directions of u = d/2 per
+    layer (inputs d wide), the decoder u = d; attention W d^2 (additive adds W_1 d^2 and v_a d);
+    the combination W_c 2d^2.
+    """
+    d, layers = config.d_model, config.layers
+
+    def lstm_layer(inputs: int, units: int) -> int:
+        return 4 * units * (inputs + units) + 2 * 4 * units
+
+    attention = d * d + (d * d + d if config.rnn_attention == "additive" else 0)
+    return (vocab_size * d + layers * (2 * lstm_layer(d, d // 2) + lstm_layer(d, d))
+            + attention + 2 * d * d)

@@ -27,7 +27,8 @@ def _read(name: str, columns: list[str], text_columns: list[str]) -> pd.DataFram
 
 
 def paper_table2() -> pd.DataFrame:
-    """Table 2, one row per system; ``reproduced_as`` is "base"/"big" for the Transformer rows."""
+    """Table 2, one row per system; ``reproduced_as`` is "base"/"big" for the Transformer rows
+    (the roles of ``tables.table2``; our ``rnn`` row has no paper counterpart)."""
     return _read("table2.csv", TABLE2_COLUMNS, ["model", "reproduced_as"])
 
 

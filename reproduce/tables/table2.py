@@ -1,14 +1,17 @@
 """Table 2: BLEU on the test set (newstest2014, averaged checkpoints, section 6.1) and training
-cost, our Transformer base and big beside the paper's, then the paper's other systems as cited.
+cost, our Transformer base and big beside the paper's, our recurrent baseline (a variant with
+``model.architecture: rnn``, :mod:`reproduce.model.recurrent`) beside them, then the paper's
+other systems as cited.
 
-The training cost is estimated two ways:
+The training cost is given two ways:
 
-* the paper's (Table 2, footnote): training time x number of GPUs x a sustained rate per GPU,
-  i.e. GPU-hours x 3600 x the peak rate of the GPU that ran, at the precision it trained in
-  (:mod:`reproduce.tables.gpu_peak_rates`; the paper used 9.5e12 for its P100s), or
+* the paper's estimate (Table 2, footnote): training time x number of GPUs x a sustained rate
+  per GPU, i.e. GPU-hours x 3600 x the peak rate of the GPU that ran, at the precision it trained
+  in (:mod:`reproduce.tables.gpu_peak_rates`; the paper used 9.5e12 for its P100s), or
   ``tables.gpu_flops_per_second`` when that is set;
-* analytically, 6 x parameters x tokens processed (2 FLOPs per parameter and token forward,
-  4 backward), counting source and target tokens alike.
+* the exact count the trainer records (``training_flops`` of ``summary.json``): every step's
+  forward and backward FLOPs from its pairs' real lengths (:mod:`reproduce.model.flops`), for
+  the Transformer and the recurrent model alike.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ CITED = "cited, not reproduced"
 COLUMNS = ["model", "status", "device", "BLEU (tokenized)", "sacreBLEU", "paper BLEU",
            "BLEU - paper", "GPU-hours", "rate basis", "peak FLOPs/s per GPU",
            "FLOPs (GPU-hours x rate)",
-           "FLOPs (6 x params x tokens)", "paper FLOPs"]
+           "FLOPs (exact count)", "paper FLOPs"]
+# Our rows with no counterpart in the paper's Table 2 (``reproduced_as``): role -> model name.
+OUR_BASELINES = {"rnn": "LSTM encoder-decoder + attention (Luong et al. 2015)"}
 
 
 def paper_style_flops(gpu_hours: float | None,
@@ -35,14 +40,6 @@ def paper_style_flops(gpu_hours: float | None,
     if not gpu_hours or gpu_flops_per_second is None:
         return None
     return gpu_hours * 3600 * gpu_flops_per_second
-
-
-def analytic_flops(parameters: int | None, source_tokens: int | None,
-                   target_tokens: int | None) -> float | None:
-    """6 x parameters x (source + target tokens); None until training has reported all three."""
-    if parameters is None or source_tokens is None or target_tokens is None:
-        return None
-    return 6.0 * parameters * (source_tokens + target_tokens)
 
 
 def _rate(experiment: Experiment, variant: str, device: str | None,
@@ -83,16 +80,14 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
         "rate basis": rate_basis,
         "peak FLOPs/s per GPU": rate,
         "FLOPs (GPU-hours x rate)": paper_style_flops(gpu_hours, rate),
-        "FLOPs (6 x params x tokens)": analytic_flops(
-            results.trained("parameters"), results.trained("source_tokens"),
-            results.trained("target_tokens")),
+        "FLOPs (exact count)": results.trained("training_flops"),
         "paper FLOPs": paper_flops,
     }
 
 
 def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
-    """Our base/big rows first (as ``tables.table2`` maps them), then the cited systems that
-    have a number for ``tables.paper_language_pair``."""
+    """Our base/big rows first (as ``tables.table2`` maps them), then our recurrent baseline,
+    then the cited systems that have a number for ``tables.paper_language_pair``."""
     pair = experiment.tables.paper_language_pair
     ours, cited = [], []
     for _, paper in paper_table2().iterrows():
@@ -105,6 +100,12 @@ def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
         elif pd.notna(paper_bleu) or pd.notna(paper_flops):
             cited.append({"model": paper["model"], "status": CITED, "paper BLEU": paper_bleu,
                           "paper FLOPs": paper_flops})
+    for role, model in OUR_BASELINES.items():
+        variant = experiment.tables.table2.get(role)
+        if variant is not None:
+            results = read_variant(results_dir, experiment.name, variant)
+            row = _our_row(experiment, variant, results, float("nan"), float("nan"))
+            ours.append({"model": model, **row})
     return pd.DataFrame(ours + cited, columns=COLUMNS)
 
 
@@ -119,6 +120,20 @@ def _tokenized_bleu_note(experiment: Experiment) -> str:
                  "paper does not say how EN-FR was tokenized, this is our choice)")
     return (f"BLEU (tokenized): {steps}, on hypotheses and official references alike. "
             "BLEU - paper = BLEU (tokenized) - paper BLEU.")
+
+
+def _baseline_notes(experiment: Experiment) -> list[str]:
+    """What our rows without a paper counterpart are."""
+    variant = experiment.tables.table2.get("rnn")
+    if variant is None:
+        return []
+    model = experiment.variant(variant).model
+    return [f"{OUR_BASELINES['rnn']} (variant {variant}): our recurrent baseline, a "
+            f"bidirectional LSTM encoder and an LSTM decoder of {model.layers} layers, "
+            f"d_model = {model.d_model}, {model.rnn_attention} global attention, trained, "
+            "averaged, decoded and scored by the same rules as our Transformer rows on the same "
+            "data (reproduce/model/recurrent.py). The paper has no such row (its recurrent "
+            "systems, GNMT and Deep-Att, are cited), so paper BLEU and FLOPs are empty."]
 
 
 def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:
@@ -142,13 +157,15 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
         "overrides it. — for runs without GPU time, and for a GPU/precision not in "
         "reproduce/tables/gpu_peak_rates.py (rate basis says 'unknown'; set "
         "tables.gpu_flops_per_second to estimate it).",
-        "FLOPs (6 x params x tokens): 6 FLOPs per parameter per token (2 forward, 4 backward) "
-        "times the source + target tokens processed in training. An approximation: every "
-        "parameter is counted for every source and every target token, although a token passes "
-        "only through the encoder or only through the decoder (so dense layers are over-counted "
-        "about twofold), and attention's length-dependent products (QK^T, weights x V) are left "
-        "out.",
+        "FLOPs (exact count): the training FLOPs the trainer counted step by step from each "
+        "pair's real source and target lengths (summary.json's training_flops; "
+        "reproduce/model/flops.py): matrix products only, a multiply-add = 2 FLOPs, the backward "
+        "pass = 2 x the forward, padding not counted; Transformer: encoder per source token, "
+        "decoder and output projection per target token, attention per pair of positions; rnn: "
+        "the LSTM gates per token and direction, attention scores and context per (target, "
+        "source) pair, the combination layer and the output projection.",
         "Paper training: base 100K steps on 8 P100 GPUs in 12 hours, big 300K steps in 3.5 days.",
+        *_baseline_notes(experiment),
         f"Rows marked '{CITED}' are the paper's Table 2 numbers for the systems it compares "
         "against, copied as printed.",
         "— = not available: not finished yet (our rows) or not reproduced (cited rows).",

@@ -37,8 +37,8 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.model.flops import TransformerFlops, peak_flops
-from reproduce.model.transformer import Transformer
+from reproduce.model.architectures import build_model
+from reproduce.model.flops import model_flops, peak_flops
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
@@ -92,8 +92,8 @@ class Trainer:
                 f"the number of ranks ({self.world}): every rank must get the same share of a step"
             )
         torch.manual_seed(t.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.config, self.vocab_size).to(self.device)
-        self.flops = TransformerFlops(self.config, self.vocab_size)
+        self.model = build_model(self.config, self.vocab_size).to(self.device)
+        self.flops = model_flops(self.config, self.vocab_size)
         # The wrappers share the model's parameters; checkpoints save the plain model.
         self.parallel = distributed.data_parallel(self.model)
         wrapped = self.parallel or self.model
