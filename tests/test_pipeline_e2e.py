@@ -104,7 +104,7 @@ def test_every_job_logged_and_the_heavy_ones_benchmarked(pipeline):
     logs, benchmarks = pipeline / "results/logs/tiny", pipeline / "results/benchmarks/tiny"
     assert "dev loss" in (logs / "train_base.log").read_text()  # training's stderr, captured
     expected_logs = ["prepare_train", "train_bpe", "encode_train", "average_base",
-                     "decode_base_test_averaged", "score_base_dev_last", "summarize_base",
+                     "decode_base_test_averaged", "score_base_dev_last", "summarize_base_bleu",
                      "final_tables"]
     for name in expected_logs:
         assert (logs / f"{name}.log").exists(), name
