@@ -87,6 +87,48 @@ def test_a_chunk_holds_a_bounded_amount_of_logits():
     assert rows_per_chunk(10**9) == 1
 
 
+def bf16_autocast_errors(device: str, batch: int, width: int, vocab: int) -> dict:
+    """Relative errors of the chunked loss under bf16 autocast (on ``device``) against the
+    unfused formula in fp32 and against the unfused formula under the same autocast; states
+    ``[batch, 64, width]`` ~ N(0, 1), weight ~ N(0, 1 / width) (logits ~ N(0, 1)), 25% padding."""
+    generator = torch.Generator().manual_seed(0)
+    states = torch.randn(batch, 64, width, generator=generator).to(device)
+    weight = (torch.randn(vocab, width, generator=generator) * width**-0.5).to(device)
+    targets = torch.randint(4, vocab, (batch, 64), generator=generator)
+    targets[:, 48:] = PAD
+    targets = targets.to(device)
+
+    def run(fused: bool, autocast: bool):
+        s, w = states.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+            if fused:
+                loss, _ = projected_label_smoothed_loss(s, w, targets, 0.1, chunk_rows=3 * 64 + 5)
+            else:
+                loss, _ = label_smoothed_loss(F.linear(s, w), targets, 0.1)
+        loss.backward()
+        assert loss.dtype == s.grad.dtype == w.grad.dtype == torch.float32
+        return loss.detach(), s.grad, w.grad
+
+    def relative(a, b):  # loss, states' gradient, weight's gradient
+        return [float((x - y).norm() / y.norm()) for x, y in zip(a, b)]
+
+    fused = run(fused=True, autocast=True)
+    return {"fp32": relative(fused, run(fused=False, autocast=False)),
+            "autocast": relative(fused, run(fused=False, autocast=True))}
+
+
+def test_bf16_autocast_rounds_the_logits_as_the_unfused_path_does():
+    """CPU autocast here (tests/test_gpu.py does the same on CUDA at base sizes). The logits and
+    the states' gradient go through the same bf16 roundings as the unfused path's; the weight's
+    gradient is rounded to bf16 per chunk instead of once (its error is bf16's, 2^-9)."""
+    errors = bf16_autocast_errors("cpu", batch=8, width=32, vocab=300)
+    loss, states, weight = errors["autocast"]
+    assert loss < 1e-6 and states < 1e-6 and weight < 1e-2
+    loss, states, weight = errors["fp32"]
+    assert loss < 1e-3 and states < 1e-2 and weight < 1e-2
+    assert states > 1e-4  # bf16 products, not fp32 ones
+
+
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
     folder = tmp_path_factory.mktemp("corpora")
