@@ -74,8 +74,9 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             log_normalisers = torch.empty(states.size(0), dtype=accumulate, device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
                 logits = _logits(states[rows], projection, accumulate)  # [c, V]
-                log_normalisers[rows] = torch.logsumexp(logits, dim=1)
-                total += (log_normalisers[rows] - smoothing.expected_logit(logits, targets[rows])).sum()
+                expected = smoothing.expected_logit(logits, targets[rows])  # [c]
+                log_normalisers[rows] = _log_sum_exp_(logits)
+                total += (log_normalisers[rows] - expected).sum()
         ctx.save_for_backward(states, weight, targets, log_normalisers)
         ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
         return total
@@ -95,7 +96,7 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             for rows in _chunks(states.size(0), ctx.chunk_rows):
                 logits = _logits(states[rows], projection, accumulate)  # [c, V]
                 grad_logits = smoothing.softmax_minus_target(logits, log_normalisers[rows], targets[rows])
-                grad_logits = (grad_logits * grad_loss.to(accumulate)).to(ctx.dtype)
+                grad_logits = grad_logits.mul_(grad_loss.to(accumulate)).to(ctx.dtype)
                 if want_states:
                     grad_states[rows] = (grad_logits @ projection).to(states.dtype)
                 if want_weight:
@@ -131,6 +132,13 @@ class _Smoothing:
 
 def _chunks(count: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def _log_sum_exp_(logits: Tensor) -> Tensor:
+    """``logsumexp`` of each row ``[c, V]`` -> ``[c]``, overwriting ``logits`` (so that a chunk
+    needs one ``[c, V]`` buffer, not two)."""
+    largest = logits.amax(dim=1, keepdim=True)  # [c, 1]
+    return logits.sub_(largest).exp_().sum(dim=1).log_() + largest.squeeze(1)
 
 
 def _logits(states: Tensor, projection: Tensor, accumulate: torch.dtype) -> Tensor:
