@@ -32,3 +32,9 @@ def test_trainer_speed_prints_cold_and_warm_headlines():
                   "--log-every", "2")
     assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
     assert "mean tokens per step" in output and "exact MFU n/a" in output
+
+
+def test_loss_memory_compares_the_unfused_and_chunked_losses():
+    output = _run("loss_memory.py", "--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats", "1")
+    assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
+    assert "N 64: chunked / unfused memory" in output

@@ -26,10 +26,12 @@ def smoothed_target_distribution(targets: Tensor, vocab_size: int, epsilon: floa
 def label_smoothed_loss(logits: Tensor, targets: Tensor, epsilon: float) -> tuple[Tensor, int]:
     """Summed ``-sum_k q(k) log p(k)`` over non-padding targets, and their count.
 
-    logits ``[B, T, V]``, targets ``[B, T]`` (PAD where there is nothing to predict).
+    logits ``[B, T, V]``, targets ``[B, T]`` (PAD where there is nothing to predict). The
+    log-softmax runs in at least fp32 (bf16 logits are upcast, float64 ones kept).
     """
     vocab_size = logits.size(-1)
-    log_probs = torch.log_softmax(logits.float(), dim=-1).view(-1, vocab_size)  # [N, V]
+    upcast = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    log_probs = torch.log_softmax(upcast, dim=-1).view(-1, vocab_size)  # [N, V]
     targets = targets.reshape(-1)
     real = targets.ne(PAD)
     reference = log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # [N]

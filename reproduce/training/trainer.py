@@ -45,8 +45,9 @@ from reproduce.training.checkpoints import (CheckpointSchedule, check_room, late
                                             save_checkpoint)
 from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
-from reproduce.training.loss import label_smoothed_loss
+from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.schedule import learning_rate
+from reproduce.training.teacher_forcing import TeacherForcedStates
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,11 @@ class Trainer:
         torch.manual_seed(t.seed)  # identical initial weights on every rank
         self.model = build_model(self.config, self.vocab_size).to(self.device)
         self.flops = model_flops(self.config, self.vocab_size)
-        # The wrappers share the model's parameters; checkpoints save the plain model.
-        self.parallel = distributed.data_parallel(self.model)
-        wrapped = self.parallel or self.model
+        # The wrappers share the model's parameters; checkpoints save the plain model. The
+        # wrapped call gives decoder states; the projection is fused with the loss (_train_step).
+        teacher_forced = TeacherForcedStates(self.model)
+        self.parallel = distributed.data_parallel(teacher_forced)
+        wrapped = self.parallel or teacher_forced
         self.forward = torch.compile(wrapped) if t.compile else wrapped
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
@@ -217,8 +220,9 @@ class Trainer:
             last = number == len(batches) - 1  # gradients are all-reduced during the last backward
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    logits = self.forward(batch.source, batch.target_input)
-                loss, _ = label_smoothed_loss(logits, batch.target_output, self.config.label_smoothing)
+                    states = self.forward(batch.source, batch.target_input)
+                    loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
+                                                            batch.target_output, self.config.label_smoothing)
                 (loss * (self.world / target_tokens)).backward()
             totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
         distributed.all_reduce_sum(totals)

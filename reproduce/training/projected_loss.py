@@ -1,0 +1,146 @@
+"""The pre-softmax projection (section 3.4) fused with the label-smoothed loss (section 5.4),
+computed in chunks of rows so that no ``[N, V]`` logits tensor outlives a chunk.
+
+The loss is :func:`reproduce.training.loss.label_smoothed_loss` applied to
+``F.linear(states, weight)``, summed over the non-padding target positions only (padded positions
+are never projected). Per row, with logits ``z``, ``lse = logsumexp(z)`` and the smoothed
+distribution ``q`` (``1 - eps`` on the reference, ``eps / (V - 2)`` on every other non-PAD token,
+0 on PAD; ``sum q = 1``), the loss ``-sum_k q_k log p_k`` is ``lse - sum_k q_k z_k`` and its
+gradient with respect to ``z`` is ``softmax(z) - q``. The forward pass keeps only ``lse`` per row;
+the backward pass recomputes each chunk's logits (Liger-Kernel's fused linear cross-entropy and
+Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models", do the same), then
+``d states = d z @ W`` and ``d W += d z^T @ states``.
+
+Precision follows what autocast does to the unfused path: where autocast is enabled for the
+states' device, the projection runs in autocast's dtype (``F.linear`` is on its lower-precision
+list), so a chunk's logits are rounded to bf16 exactly as the unfused logits are, then upcast to
+fp32 for logsumexp and the loss (as ``label_smoothed_loss`` upcasts). The backward products run
+in the same dtype; the weight's gradient is accumulated over chunks in fp32 (autocast's unfused
+backward rounds the whole product to bf16 once; this rounds each chunk's share instead).
+Without autocast everything runs in the inputs' dtype, at least fp32 (float64 stays float64).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from reproduce.special_tokens import PAD
+
+CHUNK_LOGITS_BYTES = 256 * 2**20  # one chunk's fp32 logits: ~1,800 rows of a 37,000-token vocabulary
+
+
+def rows_per_chunk(vocab_size: int) -> int:
+    """Rows whose fp32 logits fit in :data:`CHUNK_LOGITS_BYTES`."""
+    return max(1, CHUNK_LOGITS_BYTES // (4 * vocab_size))
+
+
+def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
+                                  chunk_rows: int | None = None) -> tuple[Tensor, int]:
+    """Summed label-smoothed loss of ``F.linear(states, weight)`` over non-padding targets, and
+    their count, as :func:`reproduce.training.loss.label_smoothed_loss` returns them.
+
+    states ``[B, T, d]``, weight ``[V, d]`` (the shared embedding), targets ``[B, T]``.
+    """
+    real = targets.reshape(-1).ne(PAD)  # [B*T]
+    kept_states = states.reshape(-1, states.size(-1))[real]  # [N, d]
+    kept_targets = targets.reshape(-1)[real]  # [N]
+    rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
+    loss = _ChunkedProjectedLoss.apply(kept_states, weight, kept_targets, epsilon, rows,
+                                       _projection_dtype(states, weight))
+    return loss, kept_targets.numel()
+
+
+def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
+    """The dtype ``F.linear(states, weight)`` computes in here (autocast's, where it is on)."""
+    device = states.device.type
+    castable = {torch.float32, torch.float16, torch.bfloat16}
+    if torch.is_autocast_enabled(device) and {states.dtype, weight.dtype} <= castable:
+        return torch.get_autocast_dtype(device)
+    return torch.promote_types(states.dtype, weight.dtype)
+
+
+class _ChunkedProjectedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, epsilon: float, chunk_rows: int,
+                dtype: torch.dtype) -> Tensor:
+        # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
+        with torch.autocast(states.device.type, enabled=False):
+            accumulate = torch.promote_types(dtype, torch.float32)
+            projection = weight.to(dtype)
+            smoothing = _Smoothing(epsilon, weight.size(0))
+            total = torch.zeros((), dtype=accumulate, device=states.device)
+            log_normalisers = torch.empty(states.size(0), dtype=accumulate, device=states.device)  # [N]
+            for rows in _chunks(states.size(0), chunk_rows):
+                logits = _logits(states[rows], projection, accumulate)  # [c, V]
+                expected = smoothing.expected_logit(logits, targets[rows])  # [c]
+                log_normalisers[rows] = _log_sum_exp_(logits)
+                total += (log_normalisers[rows] - expected).sum()
+        ctx.save_for_backward(states, weight, targets, log_normalisers)
+        ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
+        return total
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_loss: Tensor):
+        states, weight, targets, log_normalisers = ctx.saved_tensors
+        want_states, want_weight = ctx.needs_input_grad[:2]
+        accumulate = log_normalisers.dtype
+        with torch.autocast(states.device.type, enabled=False):
+            projection = weight.to(ctx.dtype)
+            smoothing = _Smoothing(ctx.epsilon, weight.size(0))
+            grad_states = torch.empty_like(states) if want_states else None  # [N, d]
+            grad_weight = (torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+                                       device=weight.device) if want_weight else None)  # [V, d]
+            for rows in _chunks(states.size(0), ctx.chunk_rows):
+                logits = _logits(states[rows], projection, accumulate)  # [c, V]
+                grad_logits = smoothing.softmax_minus_target(logits, log_normalisers[rows], targets[rows])
+                grad_logits = grad_logits.mul_(grad_loss.to(accumulate)).to(ctx.dtype)
+                if want_states:
+                    grad_states[rows] = (grad_logits @ projection).to(states.dtype)
+                if want_weight:
+                    grad_weight += grad_logits.T @ states[rows].to(ctx.dtype)
+        return (grad_states, None if grad_weight is None else grad_weight.to(weight.dtype),
+                None, None, None, None)
+
+
+class _Smoothing:
+    """The smoothed target distribution q of section 5.4, applied to a chunk of logits."""
+
+    def __init__(self, epsilon: float, vocab_size: int):
+        self.reference = 1.0 - epsilon  # q at the reference token
+        self.other = epsilon / (vocab_size - 2)  # q at each other token but PAD
+
+    def expected_logit(self, logits: Tensor, targets: Tensor) -> Tensor:
+        """``sum_k q_k z_k`` per row: logits ``[c, V]``, targets ``[c]`` -> ``[c]``."""
+        reference = logits.gather(1, targets.unsqueeze(1)).squeeze(1)
+        if self.other == 0.0:
+            return reference
+        others = logits.sum(dim=1) - reference - logits[:, PAD]
+        return self.reference * reference + self.other * others
+
+    def softmax_minus_target(self, logits: Tensor, log_normalisers: Tensor, targets: Tensor) -> Tensor:
+        """``softmax(z) - q``, the loss's gradient with respect to the logits, ``[c, V]``."""
+        gradient = logits.sub_(log_normalisers.unsqueeze(1)).exp_()  # softmax, in place of the logits
+        gradient -= self.other
+        gradient[:, PAD] += self.other
+        rows = torch.arange(targets.numel(), device=targets.device)
+        gradient[rows, targets] -= self.reference - self.other
+        return gradient
+
+
+def _chunks(count: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def _log_sum_exp_(logits: Tensor) -> Tensor:
+    """``logsumexp`` of each row ``[c, V]`` -> ``[c]``, overwriting ``logits`` (so that a chunk
+    needs one ``[c, V]`` buffer, not two)."""
+    largest = logits.amax(dim=1, keepdim=True)  # [c, 1]
+    return logits.sub_(largest).exp_().sum(dim=1).log_() + largest.squeeze(1)
+
+
+def _logits(states: Tensor, projection: Tensor, accumulate: torch.dtype) -> Tensor:
+    """One chunk's logits ``[c, V]``, computed in the projection's dtype, returned in ``accumulate``."""
+    return (states.to(projection.dtype) @ projection.T).to(accumulate)
