@@ -34,14 +34,11 @@ class Batch:
     source: torch.Tensor  # [B, S]: ids + EOS, right-padded
     target_input: torch.Tensor  # [B, T]: BOS + ids
     target_output: torch.Tensor  # [B, T]: ids + EOS
-    source_tokens: int  # real tokens (EOS included)
-    target_tokens: int
 
     def to(self, device: torch.device) -> "Batch":
         return Batch(self.source.to(device, non_blocking=True),
                      self.target_input.to(device, non_blocking=True),
-                     self.target_output.to(device, non_blocking=True),
-                     self.source_tokens, self.target_tokens)
+                     self.target_output.to(device, non_blocking=True))
 
 
 def round_up(width: int | np.ndarray, multiple: int):
@@ -167,8 +164,7 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
         target_output[row, len(t)] = EOS
     if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
         source, target_input, target_output = source.pin_memory(), target_input.pin_memory(), target_output.pin_memory()
-    return Batch(source, target_input, target_output,
-                 sum(len(s) + 1 for s in sources), sum(len(t) + 1 for t in targets))
+    return Batch(source, target_input, target_output)
 
 
 @dataclass
