@@ -1,12 +1,14 @@
 """Reading the members a corpus needs out of tar, tgz, zip and gz archives, without unpacking the
 rest (the WMT14 archives are several GB). A member whose name ends in ``.gz`` is decompressed on
 the way out (e.g. giga-fren inside training-giga-fren.tar). A treebank's many files are named by
-a glob (:func:`matching_members`)."""
+a glob (:func:`matching_members`). The embedded tiny corpora are written by
+:func:`write_reproducible_tgz`."""
 
 from __future__ import annotations
 
 import fnmatch
 import gzip
+import io
 import shutil
 import tarfile
 import zipfile
@@ -96,3 +98,21 @@ def _missing(archive: Path, member: str, names: list[str]) -> MissingMemberError
     return MissingMemberError(
         f"{archive}: no member {member!r}; it holds {len(files)} files, e.g. {', '.join(files[:8])}"
     )
+
+
+def write_reproducible_tgz(path: Path, members: dict[str, str]) -> Path:
+    """A byte-reproducible .tgz of ``members`` (name -> UTF-8 text): sorted members, fixed
+    owners and times, gzip mtime 0."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name in sorted(members):
+            data = members[name].encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            archive.addfile(info, io.BytesIO(data))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+        packed.write(buffer.getvalue())
+    return path

@@ -12,13 +12,12 @@ test sets) and is rebuilt byte for byte by ``python -m reproduce make-tiny-corpu
 
 from __future__ import annotations
 
-import gzip
 import html
-import io
 import random
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from reproduce.data.archives import write_reproducible_tgz
 
 NOUNS = (
     "dog cat bird horse farmer teacher child doctor king queen river mountain city village house "
@@ -187,18 +186,5 @@ def archive_members(splits: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
 def write_tiny_corpus_archive(
     path: Path, train_pairs: int = 20_000, dev_pairs: int = 300, test_pairs: int = 300, seed: int = 2017
 ) -> Path:
-    """A byte-reproducible .tgz: sorted members, fixed owners and times, gzip mtime 0."""
-    members = archive_members(generate_corpus(train_pairs, dev_pairs, test_pairs, seed))
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for name in sorted(members):
-            data = members[name].encode("utf-8")
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            archive.addfile(info, io.BytesIO(data))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
-        packed.write(buffer.getvalue())
-    return path
+    """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
+    return write_reproducible_tgz(path, archive_members(generate_corpus(train_pairs, dev_pairs, test_pairs, seed)))

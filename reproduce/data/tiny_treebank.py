@@ -20,12 +20,10 @@ as ``configs/data/tiny_treebank.tgz`` and is rebuilt byte for byte by
 
 from __future__ import annotations
 
-import gzip
-import io
 import random
-import tarfile
 from pathlib import Path
 
+from reproduce.data.archives import write_reproducible_tgz
 from reproduce.parsing.trees import Tree, clean_tree, leaves
 
 ROOT_FOLDER = "tiny_treebank/parsed/mrg/wsj"
@@ -250,18 +248,5 @@ def archive_members(splits: dict[str, list[Tree]]) -> dict[str, str]:
 def write_tiny_treebank_archive(
     path: Path, train_trees: int = 3000, dev_trees: int = 300, test_trees: int = 300, seed: int = 2017
 ) -> Path:
-    """A byte-reproducible .tgz: sorted members, fixed owners and times, gzip mtime 0."""
-    members = archive_members(generate_treebank(train_trees, dev_trees, test_trees, seed))
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for name in sorted(members):
-            data = members[name].encode("utf-8")
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            archive.addfile(info, io.BytesIO(data))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
-        packed.write(buffer.getvalue())
-    return path
+    """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
+    return write_reproducible_tgz(path, archive_members(generate_treebank(train_trees, dev_trees, test_trees, seed)))
