@@ -39,8 +39,23 @@ def peak_flops(device_name: str) -> float | None:
     return None if rate is None else rate.flops_per_second
 
 
+class _LengthDependentFlops:
+    """A model's FLOPs over pairs of given real lengths: per source token, per target token, and
+    the attention's products over pairs of positions, which subclasses define."""
+
+    def forward(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one forward pass over pairs with these real lengths (no padding counted)."""
+        return (self.per_source_token() * int(np.sum(source_positions))
+                + self.per_target_token() * int(np.sum(target_positions))
+                + self.attention(source_positions, target_positions))
+
+    def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
+        """FLOPs of one training pass (forward and backward)."""
+        return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
+
+
 @dataclass(frozen=True)
-class TransformerFlops:
+class TransformerFlops(_LengthDependentFlops):
     """Forward-pass FLOPs of one model, as a function of its pairs' lengths."""
 
     config: ModelConfig
@@ -74,19 +89,9 @@ class TransformerFlops:
         pairs_of_positions = s * s + t * (t + 1) // 2 + t * s  # encoder, causal decoder, cross
         return int(2 * self.config.layers * self._attention_width * pairs_of_positions.sum())
 
-    def forward(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
-        """FLOPs of one forward pass over pairs with these real lengths (no padding counted)."""
-        return (self.per_source_token() * int(np.sum(source_positions))
-                + self.per_target_token() * int(np.sum(target_positions))
-                + self.attention(source_positions, target_positions))
-
-    def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
-        """FLOPs of one training pass (forward and backward)."""
-        return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
-
 
 @dataclass(frozen=True)
-class RecurrentFlops:
+class RecurrentFlops(_LengthDependentFlops):
     """Forward-pass FLOPs of the recurrent baseline (:mod:`reproduce.model.recurrent`), with the
     same conventions: matrix products only (a multiply-add = 2), gate non-linearities, biases,
     softmax and dropout left out, padding not counted (the encoder runs packed sequences).
@@ -125,16 +130,6 @@ class RecurrentFlops:
         s = np.asarray(source_positions, dtype=np.int64)
         t = np.asarray(target_positions, dtype=np.int64)
         return int(2 * 2 * self.config.d_model * (t * s).sum())
-
-    def forward(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
-        """FLOPs of one forward pass over pairs with these real lengths (no padding counted)."""
-        return (self.per_source_token() * int(np.sum(source_positions))
-                + self.per_target_token() * int(np.sum(target_positions))
-                + self.attention(source_positions, target_positions))
-
-    def training(self, source_positions: np.ndarray, target_positions: np.ndarray) -> int:
-        """FLOPs of one training pass (forward and backward)."""
-        return TRAINING_MULTIPLIER * self.forward(source_positions, target_positions)
 
 
 def model_flops(config: ModelConfig, vocab_size: int) -> TransformerFlops | RecurrentFlops:
