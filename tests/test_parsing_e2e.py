@@ -12,7 +12,7 @@ import yaml
 
 from reproduce.data.text import read_lines
 from reproduce.parsing.evalb import bracket_scores
-from reproduce.parsing.trees import Tree, read_trees
+from reproduce.parsing.trees import Tree, leaves, read_trees
 from tests.project_copy import copy_workflow
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -65,12 +65,7 @@ def test_the_scored_trees_are_well_formed_over_the_test_words(pipeline):
     sentences = read_lines(results / "data/test.src")
     assert len(trees) == len(sentences)
     for tree, sentence in zip(trees, sentences):
-        assert _words(tree) == sentence.split()
-
-
-def _words(tree: Tree) -> list[str]:
-    return [word for child in tree.children
-            for word in ([child] if isinstance(child, str) else _words(child))]
+        assert leaves(tree) == sentence.split()
 
 
 def test_mlflow_holds_the_parsing_run_with_its_f1(pipeline):
