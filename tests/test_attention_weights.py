@@ -7,6 +7,7 @@ import torch
 from reproduce.config import ModelConfig
 from reproduce.model.attention import CrossAttention, SelfAttention, band_mask
 from reproduce.model.inspection import attention_maps
+from reproduce.model.token_layout import TokenLayout
 from reproduce.model.transformer import DecoderCache, Transformer
 
 D_MODEL, HEADS, D_K, D_V = 32, 4, 8, 6
@@ -35,17 +36,16 @@ def _self_attention(radius=None):
 @pytest.mark.parametrize("causal", [False, True])
 def test_self_attention_weights_times_values_equal_the_sdpa_output(radius, causal):
     module, (x, padding) = _self_attention(radius), _inputs()
-    key_padding = None if causal else padding  # the decoder masks the future, not padding
+    layout = TokenLayout(padding)
     with torch.no_grad():
-        weights = module.attention_weights(x, key_padding, causal)
-        v = module.qkv(x).split(module.sizes, dim=-1)[2]
+        weights = module.attention_weights(layout.unpad(x), layout, causal)
+        v = module.qkv(x).split(module.sizes, dim=-1)[2].masked_fill(padding[..., None], 0.0)
         v = v.view(2, 7, HEADS, D_V).transpose(1, 2)
-        expected = module(x, key_padding=key_padding, causal=causal)
+        expected = module(layout.unpad(x), layout, causal=causal)  # [N, d] at the tokens
     assert weights.shape == (2, HEADS, 7, 7)
     assert torch.allclose(weights.sum(-1), torch.ones(2, HEADS, 7))
-    assert torch.allclose(_merge_heads(module, weights, v), expected, atol=1e-6)
-    if key_padding is not None:  # real tokens put no weight on padding
-        assert (weights[1, :, :-3, -3:] == 0).all()
+    assert torch.allclose(layout.unpad(_merge_heads(module, weights, v)), expected, atol=1e-6)
+    assert (weights[1, :, :-3, -3:] == 0).all()  # real tokens put no weight on padding
     if causal:
         assert (weights.triu(1) == 0).all()  # no weight on later positions
 
@@ -55,10 +55,11 @@ def test_cross_attention_weights_times_values_equal_the_sdpa_output():
     module = CrossAttention(D_MODEL, HEADS, D_K, D_V, dropout=0.0).eval()
     x, _ = _inputs(length=5, seed=1)
     memory, memory_padding = _inputs(length=7, seed=2)
+    memory_layout = TokenLayout(memory_padding)
     with torch.no_grad():
-        weights = module.attention_weights(x, memory, memory_padding)
+        weights = module.attention_weights(x, None, memory_layout.unpad(memory), memory_layout)
         v = module.kv(memory).split(module.kv_sizes, dim=-1)[1].view(2, 7, HEADS, D_V).transpose(1, 2)
-        expected = module(x, memory, memory_padding)
+        expected = module(x, None, memory_layout.unpad(memory), memory_layout)
     assert weights.shape == (2, HEADS, 5, 7) and (weights[1, :, :, -3:] == 0).all()
     assert torch.allclose(_merge_heads(module, weights, v), expected, atol=1e-6)
 
@@ -145,7 +146,8 @@ def test_model_attention_maps_reproduce_the_models_own_output():
             v = v.view(2, 6, HEADS, D_V).transpose(1, 2)
             memory = layer.attention_residual(memory, _merge_heads(attention, weights, v))
             memory = layer.feed_forward_residual(memory, layer.feed_forward(memory))
-        assert torch.allclose(memory, model.encode(source).memory, atol=1e-5)
+        real = source.ne(0)  # the model computes no values at padding (zeros there)
+        assert torch.allclose(memory[real], model.encode(source).memory[real], atol=1e-5)
         y = model._embed(target)
         for index, layer in enumerate(model.decoder):
             attention = layer.self_attention

@@ -7,7 +7,7 @@ import torch
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.batching import (
-    PASS_PADDING_LIMIT, MicroBatchStream, StreamPosition, collate, device_passes, pack_batches, pack_micro_batches,
+    MicroBatchStream, StreamPosition, collate, device_passes, pack_batches, pack_micro_batches,
 )
 from tests.training_fixtures import random_corpus
 
@@ -65,7 +65,7 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
     assert np.all(full.min(axis=1) > 0.6 * budget)  # the other side is close too (lengths correlate)
 
 
-def test_device_passes_repack_a_share_into_fewer_fitting_passes_with_bounded_padding(tmp_path):
+def test_device_passes_repack_a_share_into_as_few_passes_as_fit(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
     micro = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 40, 120, 256)
     share = micro[::7][:8]  # micro-batches of different lengths, as a shuffled step has
@@ -74,16 +74,12 @@ def test_device_passes_repack_a_share_into_fewer_fitting_passes_with_bounded_pad
         return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
                    for lengths in (corpus.source_lengths, corpus.target_lengths)) * len(indices)
 
-    for max_padded, expected in ((1, len(np.concatenate(share))), (150, None), (10**6, None)):
+    for max_padded, expected in ((1, len(np.concatenate(share))), (150, None), (10**6, 1)):
         passes = device_passes(share, corpus, max_padded, multiple=4)
         assert sorted(np.concatenate(passes).tolist()) == sorted(np.concatenate(share).tolist())
         assert all(padded(indices) <= max_padded for indices in passes if len(indices) > 1)
-        for indices in passes:  # padding beyond each pair's own rounding stays within the limit
-            own = sum(-(-(int(lengths[i]) + 1) // 4) * 4
-                      for i in indices for lengths in (corpus.source_lengths, corpus.target_lengths))
-            widths = [-(-(int(lengths[indices].max()) + 1) // 4) * 4
-                      for lengths in (corpus.source_lengths, corpus.target_lengths)]
-            assert len(indices) == 1 or len(indices) * sum(widths) <= (1 + PASS_PADDING_LIMIT) * own
+        for current, following in zip(passes, passes[1:]):  # each pass is as large as fits
+            assert padded(np.append(current, following[0])) > max_padded
         if expected is None:  # fewer passes than micro-batches
             assert len(passes) < len(share)
         else:

@@ -11,6 +11,11 @@ memory-efficient, then the plain math path. cuDNN's attention is left out: it bu
 plan for every new (batch, length) shape, and on an H100 batches of unseen shapes ran 6x slower
 with it (17k vs 104k target tokens/s for base, issue 10).
 
+Inputs come in one of two forms: ``[N, d_model]``, the tokens of a :class:`TokenLayout` (training,
+perplexity and encoding: projections then skip padding, and only the attention product sees the
+padded batch), or ``[B, T, d_model]`` with every position a token (incremental decoding, and a
+module used on its own).
+
 Two additions beyond the base model:
 
 * **restricted self-attention** (section 4, Table 1's last row): with ``radius`` r, position i
@@ -28,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from reproduce.model.token_layout import TokenLayout
 
 ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
@@ -63,7 +70,14 @@ class _HeadsAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, size).transpose(1, 2)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    def _batched(self, projected: Tensor, layout: TokenLayout | None) -> Tensor:
+        """A projection ``[N, ...]`` of a layout's tokens as ``[B, T, ...]`` (as is without one)."""
+        return projected if layout is None else layout.pad(projected)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
+                layout: TokenLayout | None) -> Tensor:
+        """Attention of all heads, merged and projected by W^O: ``[N, d_model]`` at the query
+        layout's tokens, or ``[B, Tq, d_model]`` without a layout."""
         # q [B, h, Tq, d_k], k [B, h, Tk, d_k], v [B, h, Tk, d_v]; mask True = may attend
         with sdpa_kernel(ATTENTION_KERNELS):
             context = F.scaled_dot_product_attention(
@@ -71,7 +85,8 @@ class _HeadsAttention(nn.Module):
                 dropout_p=self.dropout if self.training else 0.0,
             )  # [B, h, Tq, d_v]
         batch, _, length, _ = context.shape
-        return self.output(context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
+        merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v)
+        return self.output(merged if layout is None else layout.unpad(merged))
 
     def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """softmax(Q K^T / sqrt(d_k)) under the same masks as ``_attend``: ``[B, h, Tq, Tk]``."""
@@ -99,29 +114,36 @@ class SelfAttention(_HeadsAttention):
 
     def forward(
         self,
-        x: Tensor,  # [B, T, d_model]
-        key_padding: Tensor | None = None,  # [B, T] True at PAD
+        x: Tensor,  # [N, d_model] at the layout's tokens, or [B, T, d_model] without a layout
+        layout: TokenLayout | None = None,
         causal: bool = False,
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        q, k, v = self.qkv(x).split(self.sizes, dim=-1)
-        q, k, v = self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
-        mask = None if key_padding is None else ~key_padding[:, None, None, :]
+        """Keys at padding are masked, except under ``causal``: right padding follows every real
+        query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
+        q, k, v = self._heads(x, layout)
         if cache is None:
+            key_padding = None if layout is None or causal else layout.padding
+            mask = None if key_padding is None else ~key_padding[:, None, None, :]
             mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
-            return self._attend(q, k, v, mask, causal)
-        # Incremental decoding: the new positions attend to every cached one and to themselves.
+            return self._attend(q, k, v, mask, causal, layout)
+        # Incremental decoding (no layout): the new positions attend to every cached one and to themselves.
         previous = 0
         if "keys" in cache:
             previous = cache["keys"].size(2)
             k = torch.cat([cache["keys"], k], dim=2)
             v = torch.cat([cache["values"], v], dim=2)
         cache["keys"], cache["values"] = k, v
-        new = q.size(2)
+        new, mask = q.size(2), None
         if causal and new > 1:
             mask = torch.ones(new, previous + new, dtype=torch.bool, device=x.device).tril(previous)
         mask, _ = self._restrict(mask, causal, new, previous + new, offset=previous)
-        return self._attend(q, k, v, mask, causal=False)
+        return self._attend(q, k, v, mask, causal=False, layout=None)
+
+    def _heads(self, x: Tensor, layout: TokenLayout | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K and V of every head: ``[B, h, T, d_k]`` twice and ``[B, h, T, d_v]``."""
+        q, k, v = self._batched(self.qkv(x), layout).split(self.sizes, dim=-1)
+        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
 
     def _restrict(self, mask: Tensor | None, causal: bool, queries: int, keys: int,
                   offset: int, key_padding: Tensor | None = None) -> tuple[Tensor | None, bool]:
@@ -138,11 +160,11 @@ class SelfAttention(_HeadsAttention):
             return band & (~key_padding[:, None, None, :] | key_padding[:, None, :, None]), False
         return (band if mask is None else mask & band), False
 
-    def attention_weights(self, x: Tensor, key_padding: Tensor | None = None,
+    def attention_weights(self, x: Tensor, layout: TokenLayout | None = None,
                           causal: bool = False) -> Tensor:
         """The weights ``forward`` applies to V, ``[B, h, T, T]`` (inspection only)."""
-        q, k, _ = self.qkv(x).split(self.sizes, dim=-1)
-        q, k = self._split(q, self.d_k), self._split(k, self.d_k)
+        q, k, _ = self._heads(x, layout)
+        key_padding = None if layout is None or causal else layout.padding
         mask = None if key_padding is None else ~key_padding[:, None, None, :]
         mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
         return self._weights(q, k, mask, causal)
@@ -163,23 +185,29 @@ class CrossAttention(_HeadsAttention):
 
     def forward(
         self,
-        x: Tensor,  # [B, T, d_model]
-        memory: Tensor,  # [B, S, d_model]
-        memory_padding: Tensor,  # [B, S] True at PAD
+        x: Tensor,  # [N, d_model] at the layout's tokens, or [B, T, d_model] without a layout
+        layout: TokenLayout | None,
+        memory: Tensor,  # [M, d_model]: the encoder's output at the source tokens
+        memory_layout: TokenLayout,  # where those M tokens are in the [B, S] source batch
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        q = self._split(self.query(x), self.d_k)
+        q = self._split(self._batched(self.query(x), layout), self.d_k)
         if cache is not None and "keys" in cache:
             k, v = cache["keys"], cache["values"]  # computed once per sentence
         else:
-            k, v = self.kv(memory).split(self.kv_sizes, dim=-1)
-            k, v = self._split(k, self.d_k), self._split(v, self.d_v)
+            k, v = self._memory_heads(memory, memory_layout)
             if cache is not None:
                 cache["keys"], cache["values"] = k, v
-        return self._attend(q, k, v, ~memory_padding[:, None, None, :], causal=False)
+        return self._attend(q, k, v, ~memory_layout.padding[:, None, None, :], False, layout)
 
-    def attention_weights(self, x: Tensor, memory: Tensor, memory_padding: Tensor) -> Tensor:
+    def _memory_heads(self, memory: Tensor, memory_layout: TokenLayout) -> tuple[Tensor, Tensor]:
+        """K ``[B, h, S, d_k]`` and V ``[B, h, S, d_v]`` of the source tokens, zeros at padding."""
+        k, v = memory_layout.pad(self.kv(memory)).split(self.kv_sizes, dim=-1)
+        return self._split(k, self.d_k), self._split(v, self.d_v)
+
+    def attention_weights(self, x: Tensor, layout: TokenLayout | None, memory: Tensor,
+                          memory_layout: TokenLayout) -> Tensor:
         """The weights ``forward`` applies to V, ``[B, h, T, S]`` (inspection only)."""
-        q = self._split(self.query(x), self.d_k)
-        k = self._split(self.kv(memory).split(self.kv_sizes, dim=-1)[0], self.d_k)
-        return self._weights(q, k, ~memory_padding[:, None, None, :], causal=False)
+        q = self._split(self._batched(self.query(x), layout), self.d_k)
+        k, _ = self._memory_heads(memory, memory_layout)
+        return self._weights(q, k, ~memory_layout.padding[:, None, None, :], causal=False)

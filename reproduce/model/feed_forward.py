@@ -9,5 +9,5 @@ class PositionwiseFeedForward(nn.Module):
         self.inner = nn.Linear(d_model, d_ff)
         self.outer = nn.Linear(d_ff, d_model)
 
-    def forward(self, x: Tensor) -> Tensor:  # [B, T, d_model] -> [B, T, d_model]
+    def forward(self, x: Tensor) -> Tensor:  # [..., d_model] -> [..., d_model]
         return self.outer(self.inner(x).relu())

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from reproduce.model.token_layout import TokenLayout
 from reproduce.model.transformer import Transformer
-from reproduce.special_tokens import PAD
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 
@@ -25,17 +25,18 @@ def attention_maps(model: Transformer, source: Tensor, target_input: Tensor) -> 
     was_training = model.training
     model.eval()
     maps: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
-    padding = source.eq(PAD)
-    x = model._embed(source)
+    source_layout, target_layout = TokenLayout.of(source), TokenLayout.of(target_input)
+    x = model._embed(source, source_layout)
     for layer in model.encoder:
-        maps["encoder_self"].append(layer.attention.attention_weights(x, key_padding=padding))
-        x = layer(x, padding)
+        maps["encoder_self"].append(layer.attention.attention_weights(x, source_layout))
+        x = layer(x, source_layout)
     memory = x
-    y = model._embed(target_input)
+    y = model._embed(target_input, target_layout)
     for layer in model.decoder:
-        maps["decoder_self"].append(layer.self_attention.attention_weights(y, causal=True))
-        after_self = layer.self_attention_residual(y, layer.self_attention(y, causal=True))
-        maps["cross"].append(layer.cross_attention.attention_weights(after_self, memory, padding))
-        y = layer(y, memory, padding)
+        maps["decoder_self"].append(layer.self_attention.attention_weights(y, target_layout, causal=True))
+        after_self = layer.self_attention_residual(y, layer.self_attention(y, target_layout, causal=True))
+        maps["cross"].append(layer.cross_attention.attention_weights(after_self, target_layout, memory,
+                                                                     source_layout))
+        y = layer(y, target_layout, memory, source_layout)
     model.train(was_training)
     return maps

@@ -1,6 +1,9 @@
 """Encoder and decoder layers (section 3.1), each sub-layer wrapped as in section 5.4:
 
     LayerNorm(x + Dropout(Sublayer(x)))      (post-layer-norm residual connection)
+
+``x`` is ``[N, d_model]``, the tokens of a :class:`TokenLayout` (padding is never computed), or
+``[B, T, d_model]`` without a layout (incremental decoding).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from torch import Tensor, nn
 from reproduce.config import ModelConfig
 from reproduce.model.attention import CrossAttention, SelfAttention
 from reproduce.model.feed_forward import PositionwiseFeedForward
+from reproduce.model.token_layout import TokenLayout
 
 
 class Residual(nn.Module):
@@ -36,8 +40,8 @@ class EncoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(c.d_model, c.d_ff)
         self.feed_forward_residual = Residual(c.d_model, c.dropout)
 
-    def forward(self, x: Tensor, padding: Tensor) -> Tensor:  # x [B, S, d], padding [B, S]
-        x = self.attention_residual(x, self.attention(x, key_padding=padding))
+    def forward(self, x: Tensor, layout: TokenLayout) -> Tensor:  # x [N, d] at the layout's tokens
+        x = self.attention_residual(x, self.attention(x, layout))
         return self.feed_forward_residual(x, self.feed_forward(x))
 
 
@@ -57,17 +61,18 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self,
-        x: Tensor,  # [B, T, d]
-        memory: Tensor,  # [B, S, d]
-        memory_padding: Tensor,  # [B, S]
+        x: Tensor,  # [N, d] at the layout's tokens, or [B, T, d] without a layout
+        layout: TokenLayout | None,
+        memory: Tensor,  # [M, d]: the encoder's output at the source tokens
+        memory_layout: TokenLayout,
         cache: dict[str, dict[str, Tensor]] | None = None,
     ) -> Tensor:
         self_cache = None if cache is None else cache.setdefault("self", {})
         cross_cache = None if cache is None else cache.setdefault("cross", {})
         x = self.self_attention_residual(
-            x, self.self_attention(x, causal=True, cache=self_cache)
+            x, self.self_attention(x, layout, causal=True, cache=self_cache)
         )
         x = self.cross_attention_residual(
-            x, self.cross_attention(x, memory, memory_padding, cache=cross_cache)
+            x, self.cross_attention(x, layout, memory, memory_layout, cache=cross_cache)
         )
         return self.feed_forward_residual(x, self.feed_forward(x))

@@ -32,7 +32,7 @@ embedding reaches 0.34.
 The interface is :class:`reproduce.model.transformer.Transformer`'s: ``encode``, ``decode``
 (incremental with a :class:`DecoderCache`, which holds the decoder LSTM's hidden and cell states
 batch-first so that beam search's ``reorder`` selects hypotheses on dim 0), ``decoder_states``,
-``project``, ``forward``, ``num_parameters``.
+``target_token_states`` (training), ``project``, ``forward``, ``num_parameters``.
 """
 
 from __future__ import annotations
@@ -47,16 +47,18 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from reproduce.config import ModelConfig
 from reproduce.model.recurrent_attention import global_attention
-from reproduce.model.transformer import DecoderCache, EncoderOutput
-from reproduce.special_tokens import PAD
+from reproduce.model.token_layout import TokenLayout
+from reproduce.model.transformer import DecoderCache
 
 INITIAL_RANGE = 0.1  # Luong et al. 2015, section 4.1: uniform in [-0.1, 0.1]
 
 
 @dataclass
-class RecurrentEncoderOutput(EncoderOutput):
+class RecurrentEncoderOutput:
     """The memory h_s and its padding, plus what the decoder needs from the encoder."""
 
+    memory: Tensor  # [B, S, d_model], zeros at PAD
+    padding: Tensor  # [B, S], True at PAD
     keys: Tensor  # [B, S, d_model] the attention's encoder-side product W h_s
     hidden: Tensor  # [B, layers, d_model] the bridge: the decoder's initial hidden states
     cell: Tensor  # [B, layers, d_model] ... and cell states
@@ -98,8 +100,9 @@ class RecurrentSeq2Seq(nn.Module):
     def _embed(self, tokens: Tensor) -> Tensor:  # [B, T] -> [B, T, d]
         return self.dropout(self.embedding(tokens) * math.sqrt(self.config.d_model))
 
-    def encode(self, source: Tensor) -> RecurrentEncoderOutput:  # source [B, S], right-padded
-        padding = source.eq(PAD)
+    def encode(self, source: Tensor, layout: TokenLayout | None = None) -> RecurrentEncoderOutput:
+        """``source`` ``[B, S]``, right-padded; ``layout`` its :class:`TokenLayout` if known."""
+        padding = (layout if layout is not None else TokenLayout.of(source)).padding
         lengths = padding.logical_not().sum(dim=1).clamp(min=1).cpu()
         packed = pack_padded_sequence(self._embed(source), lengths,
                                       batch_first=True, enforce_sorted=False)
@@ -137,6 +140,12 @@ class RecurrentSeq2Seq(nn.Module):
             cache.length += target_input.size(1)
         context = self.attention(outputs, encoded.memory, encoded.keys, encoded.padding)
         return self.dropout(torch.tanh(self.combine(torch.cat([context, outputs], dim=-1))))
+
+    def target_token_states(self, target_input: Tensor, encoded: RecurrentEncoderOutput,
+                            layout: TokenLayout) -> Tensor:
+        """The attentional states at the tokens of ``layout`` ``[N, d_model]`` (teacher forcing;
+        the LSTM runs over the padded batch, the attention products are per position)."""
+        return layout.unpad(self.decoder_states(target_input, encoded))
 
     def project(self, states: Tensor) -> Tensor:
         """Output projection with the shared embedding matrix."""

@@ -4,6 +4,10 @@ One embedding matrix is shared by the source embedding, the target embedding and
 projection (section 3.4); embeddings are multiplied by sqrt(d_model), positions are added and
 dropout is applied to the sum (section 5.4). Initialisation (not stated in the paper): the shared
 embedding ~ N(0, d_model^-0.5) as in tensor2tensor, Xavier-uniform linear weights, zero biases.
+
+The encoder and the teacher-forced decoder compute on the batch's tokens only
+(:mod:`reproduce.model.token_layout`); incremental decoding, one position per sentence and step,
+has no padding to skip and keeps the ``[B, T, d_model]`` form.
 """
 
 from __future__ import annotations
@@ -18,17 +22,24 @@ from torch import Tensor, nn
 from reproduce.config import ModelConfig
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.positional import LearnedPositions, SinusoidalPositions
-from reproduce.special_tokens import PAD
+from reproduce.model.token_layout import TokenLayout
 
 
 @dataclass
 class EncoderOutput:
-    memory: Tensor  # [B, S, d_model]
-    padding: Tensor  # [B, S], True at PAD
+    """The encoder's output at the source tokens, and where they are in the source batch."""
+
+    tokens: Tensor  # [M, d_model]
+    layout: TokenLayout  # of the [B, S] source batch
+
+    @property
+    def memory(self) -> Tensor:  # [B, S, d_model], zeros at padding
+        return self.layout.pad(self.tokens)
 
     def select(self, indices: Tensor) -> "EncoderOutput":
         """Rows ``indices`` (e.g. each sentence repeated beam_size times)."""
-        return EncoderOutput(self.memory.index_select(0, indices), self.padding.index_select(0, indices))
+        layout = self.layout.select(indices)
+        return EncoderOutput(layout.unpad(self.memory.index_select(0, indices)), layout)
 
 
 @dataclass
@@ -64,16 +75,22 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(parameter.numel() for parameter in self.parameters())
 
-    def _embed(self, tokens: Tensor, offset: int = 0) -> Tensor:  # [B, T] -> [B, T, d]
+    def _embed(self, tokens: Tensor, layout: TokenLayout | None = None, offset: int = 0) -> Tensor:
+        """Scaled embeddings plus positions of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's
+        tokens, or ``[B, T, d]`` (positions from ``offset``) without a layout."""
+        positions = self.positions(tokens.size(1), offset)  # [T, d]
+        if layout is not None:
+            tokens, positions = layout.unpad(tokens), positions[layout.positions()]
         scaled = self.embedding(tokens) * math.sqrt(self.config.d_model)
-        return self.embedding_dropout(scaled + self.positions(tokens.size(1), offset))
+        return self.embedding_dropout(scaled + positions)
 
-    def encode(self, source: Tensor) -> EncoderOutput:  # source [B, S]
-        padding = source.eq(PAD)
-        x = self._embed(source)
+    def encode(self, source: Tensor, layout: TokenLayout | None = None) -> EncoderOutput:
+        """``source`` ``[B, S]``, right-padded; ``layout`` its :class:`TokenLayout` if known."""
+        layout = layout if layout is not None else TokenLayout.of(source)
+        x = self._embed(source, layout)
         for layer in self.encoder:
-            x = layer(x, padding)
-        return EncoderOutput(x, padding)
+            x = layer(x, layout)
+        return EncoderOutput(x, layout)
 
     def decode(
         self, target_input: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
@@ -87,16 +104,26 @@ class Transformer(nn.Module):
     def decoder_states(
         self, target_input: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
     ) -> Tensor:
-        """The decoder stack's output ``[B, T, d_model]``, before the pre-softmax projection."""
-        offset = 0 if cache is None else cache.length
-        if cache is not None and not cache.layers:
+        """The decoder stack's output ``[B, T, d_model]``, before the pre-softmax projection
+        (zeros at padding)."""
+        if cache is None:
+            layout = TokenLayout.of(target_input)
+            return layout.pad(self.target_token_states(target_input, encoded, layout))
+        if not cache.layers:
             cache.layers = [{} for _ in self.decoder]
-        x = self._embed(target_input, offset)
-        for index, layer in enumerate(self.decoder):
-            layer_cache = None if cache is None else cache.layers[index]
-            x = layer(x, encoded.memory, encoded.padding, layer_cache)
-        if cache is not None:
-            cache.length += target_input.size(1)
+        x = self._embed(target_input, offset=cache.length)
+        for layer, layer_cache in zip(self.decoder, cache.layers):
+            x = layer(x, None, encoded.tokens, encoded.layout, layer_cache)
+        cache.length += target_input.size(1)
+        return x
+
+    def target_token_states(self, target_input: Tensor, encoded: EncoderOutput,
+                            layout: TokenLayout) -> Tensor:
+        """The decoder stack's output at the tokens of ``layout`` ``[N, d_model]``, all target
+        positions at once (teacher forcing)."""
+        x = self._embed(target_input, layout)
+        for layer in self.decoder:
+            x = layer(x, layout, encoded.tokens, encoded.layout)
         return x
 
     def project(self, states: Tensor) -> Tensor:

@@ -34,11 +34,16 @@ class Batch:
     source: torch.Tensor  # [B, S]: ids + EOS, right-padded
     target_input: torch.Tensor  # [B, T]: BOS + ids
     target_output: torch.Tensor  # [B, T]: ids + EOS
+    source_index: torch.Tensor  # [M]: flat positions b * S + s of the source tokens
+    target_index: torch.Tensor  # [N]: flat positions b * T + t of the target tokens
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(self.source.to(device, non_blocking=True),
-                     self.target_input.to(device, non_blocking=True),
-                     self.target_output.to(device, non_blocking=True))
+        return Batch(*(tensor.to(device, non_blocking=True) for tensor in (
+            self.source, self.target_input, self.target_output, self.source_index, self.target_index)))
+
+    def target_tokens(self) -> torch.Tensor:
+        """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
+        return self.target_output.reshape(-1).index_select(0, self.target_index)
 
 
 def round_up(width: int | np.ndarray, multiple: int):
@@ -108,17 +113,15 @@ def pack_micro_batches(
     return batches
 
 
-PASS_PADDING_LIMIT = 0.25  # a pass grows while it pads at most 25% beyond its rows' own rounding
-
-
 def device_passes(
     micro_batches: list[np.ndarray], corpus: EncodedCorpus, max_padded: int, multiple: int = 1
 ) -> list[np.ndarray]:
     """One rank's share of a step, re-packed by length into few forward passes: a pass grows
     while its padded tensors fit ``max_padded`` tokens per side (widths rounded up to
-    ``multiple``) and hold at most :data:`PASS_PADDING_LIMIT` more cells than its pairs would
-    each rounded up on their own.
+    ``multiple``).
 
+    Padding costs a pass little: the model's matrices compute on the tokens alone
+    (:mod:`reproduce.model.token_layout`), and only attention's products see the padded batch.
     The passes hold exactly the share's pairs, so the summed loss, hence the gradient, is that of
     the micro-batches.
     """
@@ -126,22 +129,15 @@ def device_passes(
     source_sizes = corpus.source_lengths[indices] + 1
     target_sizes = corpus.target_lengths[indices] + 1
     order = np.lexsort((source_sizes, target_sizes))
-    passes, start = [], 0
-    widest_source = widest_target = own_cells = 0
+    passes, start, widest_source, widest_target = [], 0, 0, 0
     for position, pair in enumerate(order):
         s, t = int(source_sizes[pair]), int(target_sizes[pair])
         rows = position - start + 1
-        source_width = round_up(max(widest_source, s), multiple)
-        target_width = round_up(max(widest_target, t), multiple)
-        cells = rows * (source_width + target_width)
-        too_big = max(source_width, target_width) * rows > max_padded
-        own = round_up(s, multiple) + round_up(t, multiple)
-        too_padded = cells > (1 + PASS_PADDING_LIMIT) * (own_cells + own)
-        if rows > 1 and (too_big or too_padded):
+        widest = max(round_up(max(widest_source, s), multiple), round_up(max(widest_target, t), multiple))
+        if rows > 1 and widest * rows > max_padded:
             passes.append(indices[order[start:position]])
-            start, widest_source, widest_target, own_cells = position, 0, 0, 0
+            start, widest_source, widest_target = position, 0, 0
         widest_source, widest_target = max(widest_source, s), max(widest_target, t)
-        own_cells += own
     passes.append(indices[order[start:]])
     return passes
 
@@ -150,8 +146,10 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
     """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``."""
     sources = [corpus.source(int(i)) for i in indices]
     targets = [corpus.target(int(i)) for i in indices]
-    source_width = round_up(max(len(s) for s in sources) + 1, multiple)
-    target_width = round_up(max(len(t) for t in targets) + 1, multiple)
+    source_sizes = np.array([len(s) + 1 for s in sources])  # + EOS
+    target_sizes = np.array([len(t) + 1 for t in targets])  # + BOS (input), + EOS (output)
+    source_width = round_up(int(source_sizes.max()), multiple)
+    target_width = round_up(int(target_sizes.max()), multiple)
     source = torch.full((len(indices), source_width), PAD, dtype=torch.long)
     target_input = torch.full((len(indices), target_width), PAD, dtype=torch.long)
     target_output = torch.full((len(indices), target_width), PAD, dtype=torch.long)
@@ -162,9 +160,17 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
         target_input[row, 1 : len(t) + 1] = torch.from_numpy(t)
         target_output[row, : len(t)] = torch.from_numpy(t)
         target_output[row, len(t)] = EOS
+    tensors = [source, target_input, target_output, _token_positions(source_sizes, source_width),
+               _token_positions(target_sizes, target_width)]
     if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
-        source, target_input, target_output = source.pin_memory(), target_input.pin_memory(), target_output.pin_memory()
-    return Batch(source, target_input, target_output)
+        tensors = [tensor.pin_memory() for tensor in tensors]
+    return Batch(*tensors)
+
+
+def _token_positions(sizes: np.ndarray, width: int) -> torch.Tensor:
+    """Flat positions ``row * width + t`` of the first ``sizes[row]`` positions of each row."""
+    starts = np.repeat(np.arange(len(sizes)) * width - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    return torch.from_numpy(starts + np.arange(int(sizes.sum())))
 
 
 @dataclass

@@ -41,9 +41,10 @@ def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tenso
     """Summed label-smoothed loss of ``F.linear(states, weight)`` over non-padding targets, and
     their count, as :func:`reproduce.training.loss.label_smoothed_loss` returns them.
 
-    states ``[B, T, d]``, weight ``[V, d]`` (the shared embedding), targets ``[B, T]``.
+    states ``[..., d]``, weight ``[V, d]`` (the shared embedding), targets ``[...]``; PAD
+    targets are skipped (the trainer passes the target tokens alone, ``[N, d]`` and ``[N]``).
     """
-    real = targets.reshape(-1).ne(PAD)  # [B*T]
+    real = targets.reshape(-1).ne(PAD)  # [B*T] or [N]
     kept_states = states.reshape(-1, states.size(-1))[real]  # [N, d]
     kept_targets = targets.reshape(-1)[real]  # [N]
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))

@@ -220,9 +220,10 @@ class Trainer:
             last = number == len(batches) - 1  # gradients are all-reduced during the last backward
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    states = self.forward(batch.source, batch.target_input)
+                    states = self.forward(batch.source, batch.target_input, batch.source_index,
+                                          batch.target_index)  # [N, d] at the target tokens
                     loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
-                                                            batch.target_output, self.config.label_smoothing)
+                                                            batch.target_tokens(), self.config.label_smoothing)
                 (loss * (self.world / target_tokens)).backward()
             totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
         distributed.all_reduce_sum(totals)
@@ -345,6 +346,8 @@ class Trainer:
             "gpu_hours": self.world * totals["wall_seconds"] / 3600 if on_gpu else 0.0,
             "final_train_loss": self.last_train_loss,
             "final_dev_loss": self.last_dev_loss,
+            # Padding in the passes' [B, T] batches: attention's products compute it, the
+            # matrices skip it (reproduce.model.token_layout).
             "padding_waste": 1.0 - real_positions / totals["padded_positions"] if totals["padded_positions"] else 0.0,
         }
         temporary = self.train_dir / "summary.json.tmp"

@@ -1,0 +1,62 @@
+"""Where the tokens of a right-padded batch are, so that the layers compute on tokens only.
+
+A batch ``[B, T]`` of right-padded sentences holds ``N <= B * T`` tokens. Everything in a
+Transformer layer but scaled dot-product attention works position by position: the embeddings,
+the Q/K/V and output projections, the feed-forward networks, the residual connections and layer
+normalisation (sections 3.1-3.5). Those run on the ``N`` tokens alone, ``[N, d_model]``, so that
+padding costs them nothing (FasterTransformer's and ByteTransformer's "padding removal"). Only
+attention needs the batch back: its projections are scattered into ``[B, T, ...]`` (zeros at
+padding, which the key mask hides) and its output is gathered again before ``W^O``.
+
+The token positions ``index`` are flat offsets ``b * T + t`` in ascending order. The trainer's
+collate builds them on the host, from the lengths it already knows; without them they are found
+from the padding mask (``nonzero``, one device synchronisation).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from torch import Tensor
+
+from reproduce.special_tokens import PAD
+
+
+class TokenLayout:
+    """The tokens of a ``[B, T]`` batch: its padding mask and the tokens' flat positions."""
+
+    def __init__(self, padding: Tensor, index: Tensor | None = None):
+        self.padding = padding  # [B, T], True at PAD
+        if index is not None:
+            self.index = index  # [N] (otherwise computed on first use)
+
+    @classmethod
+    def of(cls, tokens: Tensor, index: Tensor | None = None) -> "TokenLayout":
+        """The layout of right-padded token ids ``[B, T]`` (``index`` if known already)."""
+        return cls(tokens.eq(PAD), index)
+
+    @cached_property
+    def index(self) -> Tensor:  # [N]: b * T + t of every token, ascending
+        return self.padding.logical_not().reshape(-1).nonzero().squeeze(1)
+
+    @property
+    def length(self) -> int:
+        return self.padding.size(1)
+
+    def positions(self) -> Tensor:
+        """``[N]``: each token's position within its sentence (0 for the first)."""
+        return self.index % self.length
+
+    def unpad(self, batch: Tensor) -> Tensor:
+        """``[B, T, ...]`` -> ``[N, ...]``: the values at the tokens."""
+        return batch.reshape(-1, *batch.shape[2:]).index_select(0, self.index)
+
+    def pad(self, tokens: Tensor) -> Tensor:
+        """``[N, ...]`` -> ``[B, T, ...]``: the tokens' values in place, zeros at padding."""
+        batch, length = self.padding.shape
+        flat = tokens.new_zeros(batch * length, *tokens.shape[1:]).index_copy(0, self.index, tokens)
+        return flat.view(batch, length, *tokens.shape[1:])
+
+    def select(self, rows: Tensor) -> "TokenLayout":
+        """The layout of the batch's rows ``rows`` (beam search repeats and drops sentences)."""
+        return TokenLayout(self.padding.index_select(0, rows))
