@@ -29,10 +29,12 @@ for the embedding too, unscaled, feeds the LSTMs inputs ~17x smaller (std 0.06, 
 tiny corpus (d_model 64, 300 steps) that left the dev loss at 2.73 where the Transformer-style
 embedding reaches 0.34.
 
-The interface is :class:`reproduce.model.transformer.Transformer`'s: ``encode``, ``decode``
-(incremental with a :class:`DecoderCache`, which holds the decoder LSTM's hidden and cell states
-batch-first so that beam search's ``reorder`` selects hypotheses on dim 0), ``decoder_states``,
-``target_token_states`` (training), ``project``, ``forward``, ``num_parameters``.
+The interface is :class:`reproduce.model.transformer.Transformer`'s: ``encode``,
+``decoder_states`` (incremental with a :class:`DecoderCache`, which holds the decoder LSTM's
+hidden and cell states batch-first so that beam search's ``reorder`` selects hypotheses on
+dim 0), ``target_token_states`` (training), and from
+:class:`reproduce.model.encoder_decoder.EncoderDecoder` ``decode``, ``project``, ``forward`` and
+``num_parameters``.
 """
 
 from __future__ import annotations
@@ -41,11 +43,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from reproduce.config import ModelConfig
+from reproduce.model.encoder_decoder import EncoderDecoder
 from reproduce.model.recurrent_attention import global_attention
 from reproduce.model.token_layout import TokenLayout
 from reproduce.model.transformer import DecoderCache
@@ -76,7 +78,7 @@ def _directions_concatenated(final: Tensor) -> Tensor:
     return by_layer.permute(2, 0, 1, 3).reshape(batch, layers_times_two // 2, 2 * units)
 
 
-class RecurrentSeq2Seq(nn.Module):
+class RecurrentSeq2Seq(EncoderDecoder):
     def __init__(self, config: ModelConfig, vocab_size: int):
         super().__init__()
         self.config = config
@@ -94,9 +96,6 @@ class RecurrentSeq2Seq(nn.Module):
             nn.init.uniform_(parameter, -INITIAL_RANGE, INITIAL_RANGE)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d**-0.5)
 
-    def num_parameters(self) -> int:
-        return sum(parameter.numel() for parameter in self.parameters())
-
     def _embed(self, tokens: Tensor) -> Tensor:  # [B, T] -> [B, T, d]
         return self.dropout(self.embedding(tokens) * math.sqrt(self.config.d_model))
 
@@ -112,15 +111,6 @@ class RecurrentSeq2Seq(nn.Module):
         return RecurrentEncoderOutput(memory, padding, self.attention.keys(memory),
                                       _directions_concatenated(hidden),
                                       _directions_concatenated(cell))
-
-    def decode(
-        self, target_input: Tensor, encoded: RecurrentEncoderOutput, cache: DecoderCache | None = None
-    ) -> Tensor:
-        """Logits ``[B, T, V]`` for ``target_input`` ``[B, T]``.
-
-        With a ``cache``, ``target_input`` holds only the positions after the cached prefix.
-        """
-        return self.project(self.decoder_states(target_input, encoded, cache))
 
     def decoder_states(
         self, target_input: Tensor, encoded: RecurrentEncoderOutput, cache: DecoderCache | None = None
@@ -146,10 +136,3 @@ class RecurrentSeq2Seq(nn.Module):
         """The attentional states at the tokens of ``layout`` ``[N, d_model]`` (teacher forcing;
         the LSTM runs over the padded batch, the attention products are per position)."""
         return layout.unpad(self.decoder_states(target_input, encoded))
-
-    def project(self, states: Tensor) -> Tensor:
-        """Output projection with the shared embedding matrix."""
-        return F.linear(states, self.embedding.weight)
-
-    def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
-        return self.decode(target_input, self.encode(source))

@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
+from reproduce.model.encoder_decoder import EncoderDecoder
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.positional import LearnedPositions, SinusoidalPositions
 from reproduce.model.token_layout import TokenLayout
@@ -57,7 +56,7 @@ class DecoderCache:
                     attention[name] = tensor.index_select(0, indices)
 
 
-class Transformer(nn.Module):
+class Transformer(EncoderDecoder):
     def __init__(self, config: ModelConfig, vocab_size: int):
         super().__init__()
         self.config = config
@@ -71,9 +70,6 @@ class Transformer(nn.Module):
         self.embedding_dropout = nn.Dropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
-
-    def num_parameters(self) -> int:
-        return sum(parameter.numel() for parameter in self.parameters())
 
     def _embed(self, tokens: Tensor, layout: TokenLayout | None = None, offset: int = 0) -> Tensor:
         """Scaled embeddings plus positions of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's
@@ -91,15 +87,6 @@ class Transformer(nn.Module):
         for layer in self.encoder:
             x = layer(x, layout)
         return EncoderOutput(x, layout)
-
-    def decode(
-        self, target_input: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
-    ) -> Tensor:
-        """Logits ``[B, T, V]`` for ``target_input`` ``[B, T]``.
-
-        With a ``cache``, ``target_input`` holds only the positions after the cached prefix.
-        """
-        return self.project(self.decoder_states(target_input, encoded, cache))
 
     def decoder_states(
         self, target_input: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
@@ -125,10 +112,3 @@ class Transformer(nn.Module):
         for layer in self.decoder:
             x = layer(x, layout, encoded.tokens, encoded.layout)
         return x
-
-    def project(self, states: Tensor) -> Tensor:
-        """Pre-softmax linear projection with the shared embedding matrix (section 3.4)."""
-        return F.linear(states, self.embedding.weight)
-
-    def forward(self, source: Tensor, target_input: Tensor) -> Tensor:
-        return self.decode(target_input, self.encode(source))
