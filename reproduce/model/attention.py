@@ -123,10 +123,7 @@ class SelfAttention(_HeadsAttention):
         query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
         q, k, v = self._heads(x, layout)
         if cache is None:
-            key_padding = None if layout is None or causal else layout.padding
-            mask = None if key_padding is None else ~key_padding[:, None, None, :]
-            mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
-            return self._attend(q, k, v, mask, causal, layout)
+            return self._attend(q, k, v, *self._whole_sequence_masks(layout, causal, q.size(2)), layout)
         # Incremental decoding (no layout): the new positions attend to every cached one and to themselves.
         previous = 0
         if "keys" in cache:
@@ -144,6 +141,14 @@ class SelfAttention(_HeadsAttention):
         """Q, K and V of every head: ``[B, h, T, d_k]`` twice and ``[B, h, T, d_v]``."""
         q, k, v = self._batched(self.qkv(x), layout).split(self.sizes, dim=-1)
         return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+
+    def _whole_sequence_masks(self, layout: TokenLayout | None, causal: bool,
+                              length: int) -> tuple[Tensor | None, bool]:
+        """The mask and causal flag of a pass over whole sequences (no cache): keys at padding
+        masked unless ``causal``, plus the band of restricted self-attention."""
+        key_padding = None if layout is None or causal else layout.padding
+        mask = None if key_padding is None else ~key_padding[:, None, None, :]
+        return self._restrict(mask, causal, length, length, 0, key_padding)
 
     def _restrict(self, mask: Tensor | None, causal: bool, queries: int, keys: int,
                   offset: int, key_padding: Tensor | None = None) -> tuple[Tensor | None, bool]:
@@ -164,10 +169,7 @@ class SelfAttention(_HeadsAttention):
                           causal: bool = False) -> Tensor:
         """The weights ``forward`` applies to V, ``[B, h, T, T]`` (inspection only)."""
         q, k, _ = self._heads(x, layout)
-        key_padding = None if layout is None or causal else layout.padding
-        mask = None if key_padding is None else ~key_padding[:, None, None, :]
-        mask, causal = self._restrict(mask, causal, q.size(2), k.size(2), 0, key_padding)
-        return self._weights(q, k, mask, causal)
+        return self._weights(q, k, *self._whole_sequence_masks(layout, causal, q.size(2)))
 
 
 class CrossAttention(_HeadsAttention):
