@@ -135,7 +135,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     experiment = _experiment(args)
     variant = _variant(experiment, args)
     from reproduce.training.launch import launch_training
+    from reproduce.training.slurm_request import parse_request
 
+    slurm = parse_request(args.slurm)
     _set_threads(args.threads)
     launch_training(
         experiment=experiment,
@@ -146,6 +148,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         results_dir=Path(args.results),
         launcher=args.launcher,
         tasks=args.tasks,
+        slurm=slurm,
         threads=args.threads,
         restart=args.restart,
     )
@@ -435,6 +438,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="run in this process, in local processes, or as a Slurm job via submitit")
     sub.add_argument("--tasks", type=positive_int, default=1,
                      help="processes for the local launcher (default 1)")
+    sub.add_argument("--slurm", action="append", default=[], metavar="NAME=VALUE",
+                     help="the Slurm launcher's request, one resource at a time (slurm_partition, "
+                          "slurm_account, qos, constraint, nodes, gpu, tasks_per_node, "
+                          "cpus_per_task, mem_mb, runtime, slurm_extra, max_requeues, "
+                          "requeue_signal_seconds); the pipeline passes the train rule's resources")
     needs_threads(sub)
     sub.add_argument("--restart", action="store_true",
                      help="start from step 0: move checkpoints/ and train/ aside into replaced-<time>/")

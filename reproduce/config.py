@@ -254,24 +254,17 @@ class DecodingConfig(Strict):
     max_sentences_per_batch: int = Field(default=64, gt=0)
 
 
-class Resources(Strict):
-    """Cluster resources of a variant's training job (used by the Slurm launcher)."""
+# Slurm settings (partition, account, GPUs, time...) are not the science: they live in the
+# Snakemake profile (slurm/config.yaml, set-resources: train), with every other job's.
+MOVED_TO_PROFILE = ("resources: Slurm settings are no longer part of an experiment file; set them "
+                    "for training in the profile (slurm/config.yaml, set-resources: train) and "
+                    "delete this section")
 
-    gpus: int = Field(default=1, ge=0)
-    nodes: int = Field(default=1, gt=0)
-    cpus_per_gpu: int = Field(default=4, gt=0)
-    mem_gb: int = Field(default=64, gt=0)
-    time_minutes: int = Field(default=24 * 60, gt=0)
-    # Slurm partition of the training job; None = the cluster's default partition.
-    partition: str | None = None
-    # Tasks per node; None = one task per GPU (or a single task without GPUs).
-    tasks_per_node: int | None = Field(default=None, gt=0)
-    # Seconds before the time limit at which Slurm signals the job so that submitit requeues
-    # it (training then resumes from its latest checkpoint).
-    requeue_signal_seconds: int = Field(default=120, gt=0)
-    # How many times submitit requeues the job after a time limit (preemptions are not counted);
-    # a week-long run under a 24-hour limit needs at least 6.
-    max_requeues: int = Field(default=30, ge=0)
+
+def _refuse_resources(values: Any) -> Any:
+    if isinstance(values, dict) and "resources" in values:
+        raise ValueError(MOVED_TO_PROFILE)
+    return values
 
 
 class Variant(Strict):
@@ -283,7 +276,11 @@ class Variant(Strict):
     model: dict[str, Any] = {}
     training: dict[str, Any] = {}
     decoding: dict[str, Any] = {}
-    resources: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_resources(cls, values: Any) -> Any:
+        return _refuse_resources(values)
 
 
 class ResolvedVariant(Strict):
@@ -295,7 +292,6 @@ class ResolvedVariant(Strict):
     model: ModelConfig
     training: TrainingConfig
     decoding: DecodingConfig
-    resources: Resources
 
 
 class TablesConfig(Strict):
@@ -336,12 +332,16 @@ class Experiment(Strict):
     model: ModelConfig = ModelConfig()
     training: TrainingConfig
     decoding: DecodingConfig = DecodingConfig()
-    resources: Resources = Resources()
     variants: dict[str, Variant] = Field(min_length=1)
     tables: TablesConfig = TablesConfig()
     scoring: ScoringConfig = ScoringConfig()
     # Dev/test splits decoded for every variant.
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_resources(cls, values: Any) -> Any:
+        return _refuse_resources(values)
 
     @field_validator("variants")
     @classmethod
@@ -400,14 +400,13 @@ class Experiment(Strict):
             ("model", ModelConfig),
             ("training", TrainingConfig),
             ("decoding", DecodingConfig),
-            ("resources", Resources),
         ):
             merged = _deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
             try:
                 sections[section] = schema.model_validate(merged)
             except ValidationError as error:
                 raise ValueError(
-                    f"variants.{name}.{section}: {_describe(error, prefix='')}"
+                    f"variants.{name}.{section}: {describe_validation_error(error, prefix='')}"
                 ) from None
         return ResolvedVariant(
             name=name, description=spec.description, table3_row=spec.table3_row, **sections
@@ -428,7 +427,7 @@ def trained_settings(variant: ResolvedVariant, experiment: Experiment | None = N
     ``{"model.dropout": 0.1, "data.train.0.url": ..., ...}``: the model, the training settings
     (but :data:`_NOT_TRAINED_ON`) and, given the ``experiment``, the languages, the train and dev
     sources (dev gives the reported dev loss) and cleaning, and the BPE settings that make the
-    token ids. Test data, decoding and cluster resources are not part of it (the trainer makes
+    token ids. Test data and decoding are not part of it, nor are Slurm settings (the trainer makes
     every world size compute the same step)."""
     sections: dict[str, Any] = {
         "model": variant.model.model_dump(mode="json"),
@@ -477,7 +476,7 @@ def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
     return merged
 
 
-def _describe(error: ValidationError, prefix: str) -> str:
+def describe_validation_error(error: ValidationError, prefix: str) -> str:
     lines = []
     for item in error.errors():
         location = prefix + ".".join(str(part) for part in item["loc"])
@@ -504,4 +503,4 @@ def load_experiment(path: str | Path) -> Experiment:
     try:
         return Experiment.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(f"{path}: {_describe(error, prefix='')}") from None
+        raise ConfigError(f"{path}: {describe_validation_error(error, prefix='')}") from None

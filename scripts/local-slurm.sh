@@ -13,6 +13,7 @@
 set -euo pipefail
 
 CONF="/etc/slurm/slurm.conf"
+GRES_CONF="/etc/slurm/gres.conf"
 SPOOL=/var/spool/slurm-local
 LOGS=/var/log/slurm-local
 MUNGE_KEY=/etc/munge/munge.key
@@ -106,20 +107,35 @@ SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd.log
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
+# Two GPUs without devices (gres.conf) and a node feature, so that the tests can check that a
+# training job's --gpus-per-node and --constraint reach Slurm (scontrol show job).
+GresTypes=gpu
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb Gres=gpu:2 Features=testnode State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
-write_config() {  # sets CONFIG_CHANGED=1 when slurm.conf had to be (re)written
-  local wanted
-  wanted=$(wanted_config)
-  mkdir -p "$(dirname "$CONF")" "$SPOOL/ctld" "$SPOOL/d" "$LOGS"
-  if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$wanted" ]; then
-    log "writing $CONF"
-    printf '%s\n' "$wanted" > "$CONF"
+wanted_gres_config() {
+  # Slurm's gpu plugin counts device files; /dev/null and /dev/zero stand in for two GPUs (no
+  # CUDA here: jobs get CUDA_VISIBLE_DEVICES and run on the CPU).
+  echo "# Written by scripts/local-slurm.sh: two stand-in GPUs for the tests' GPU requests."
+  echo "AutoDetect=off"
+  echo "NodeName=$HOST Name=gpu File=/dev/null"
+  echo "NodeName=$HOST Name=gpu File=/dev/zero"
+}
+
+write_file() {  # write_file PATH CONTENT: sets CONFIG_CHANGED=1 when PATH had to be (re)written
+  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+    log "writing $1"
+    printf '%s\n' "$2" > "$1"
     CONFIG_CHANGED=1
   fi
+}
+
+write_config() {  # sets CONFIG_CHANGED=1 when slurm.conf or gres.conf had to be (re)written
+  mkdir -p "$(dirname "$CONF")" "$SPOOL/ctld" "$SPOOL/d" "$LOGS"
+  write_file "$CONF" "$(wanted_config)"
+  write_file "$GRES_CONF" "$(wanted_gres_config)"
 }
 
 node_state() {  # the node's long state (idle, mixed, allocated, drained, down*...), empty if no answer

@@ -18,6 +18,7 @@ import yaml
 from reproduce.config import load_experiment
 from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
+from reproduce.training.slurm_request import SlurmRequest
 from tests.mlflow_server import free_port
 from tests.project_copy import copy_workflow
 from tests.slurm_cluster import require_local_slurm
@@ -55,10 +56,11 @@ def _snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess
 
 @contextmanager
 def _tracking_server(folder: Path):
-    """The project's server script on loopback, as the README has users start it for Slurm."""
-    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(folder), MLFLOW_SERVER_HOST="127.0.0.1",
-                       MLFLOW_SERVER_PORT=str(free_port()),
+    """The project's server script with its defaults, as the README has users start it for
+    Slurm: it serves on this node's name (what compute nodes use), not on 127.0.0.1."""
+    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(folder), MLFLOW_SERVER_PORT=str(free_port()),
                        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    environment.pop("MLFLOW_SERVER_HOST", None)
 
     def server(action):
         return subprocess.run(["bash", str(ROOT / "scripts/mlflow-server.sh"), action],
@@ -76,17 +78,47 @@ def _one_short_variant(experiment: dict) -> None:
     experiment["training"] |= {"steps": 40, "eval_every_steps": 20}
     experiment["training"]["checkpoints"]["every_steps"] = 8  # 5 checkpoints to average
     experiment["variants"] = {"base": experiment["variants"]["base"]}
-    experiment["variants"]["base"]["resources"] = {"tasks_per_node": 2, "cpus_per_gpu": 1,
-                                                   "time_minutes": 20, "partition": "debug"}
     experiment["tables"]["table2"] = {"base": "base"}
 
 
-def test_the_tiny_dag_completes_through_the_slurm_profile_with_2_task_training(tmp_path):
+def _set_cluster_settings(profile: Path) -> None:
+    """What the README has a cluster user set in the profile: QoS and node features for every
+    job, an account, two GPUs and one more sbatch option for training. (The test cluster has no
+    accounting database, so the plugin could not check an account for the other jobs.)"""
+    settings = yaml.safe_load(profile.read_text())
+    settings["default-resources"] |= {"qos": "normal", "constraint": "testnode"}
+    settings["set-resources"]["train"] = {"slurm_account": "paper_project", "gpu": 2,
+                                          "runtime": 20, "mem_mb": 2000,
+                                          "slurm_extra": "'--comment=attention'"}
+    profile.write_text(yaml.safe_dump(settings, sort_keys=False))
+
+
+def _slurm_job(job_id: str) -> tuple[dict[str, str], str]:
+    """Slurm's own record of a job: ``scontrol show job`` as a dict, and its stored batch script."""
+    shown = subprocess.run(["scontrol", "--oneliner", "show", "job", job_id],
+                           capture_output=True, text=True, check=True).stdout
+    fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
+    script = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
+                            capture_output=True, text=True, check=True).stdout
+    return fields, script
+
+
+def test_the_readme_cluster_steps_train_with_the_profiles_request_and_log_to_the_server(tmp_path):
     from mlflow import MlflowClient
 
     workdir = _workdir(tmp_path, _one_short_variant)
+    _set_cluster_settings(workdir / "slurm-local/config.yaml")
     with _tracking_server(tmp_path / "mlflow-server") as uri:
-        result = _snakemake(workdir, "all", env=dict(os.environ, MLFLOW_TRACKING_URI=uri))
+        assert not uri.startswith(("http://127.", "http://localhost")), uri
+        environment = dict(os.environ, MLFLOW_TRACKING_URI=uri)
+        planned = _snakemake(workdir, "-n", "all", env=environment)
+        assert planned.returncode == 0, planned.stderr[-3000:]
+        train_job = planned.stdout[planned.stdout.index("rule train:"):].split("\n\n")[0]
+        for request in ("slurm_account=paper_project", "qos=normal", "constraint=testnode", "gpu=2",
+                        "runtime=20", "slurm_extra=--comment=attention"):
+            assert request in train_job, train_job
+
+        result = _snakemake(workdir, "all", env=environment)
         assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
         client = MlflowClient(uri)  # every job logged to the server, none to a SQLite file
         experiment = client.get_experiment_by_name("tiny")
@@ -95,11 +127,17 @@ def test_the_tiny_dag_completes_through_the_slurm_profile_with_2_task_training(t
         assert runs[0].info.status == "FINISHED" and "test_averaged_sacrebleu" in runs[0].data.metrics
     assert not (workdir / "results/mlflow.db").exists()
     summary = json.loads((workdir / "results/tiny/base/train/summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["steps"] == 40
+    assert summary["world_size"] == 2 and summary["steps"] == 40  # one rank per GPU
     assert (workdir / "results/tiny/tables/table3.md").exists()
     # The other rules ran as Slurm jobs (the plugin's logs), training through submitit.
     assert any((workdir / ".snakemake/slurm_logs").rglob("*.log"))
-    assert any((workdir / "results/tiny/base/submitit").glob("*_0_log.out"))
+    training_logs = list((workdir / "results/tiny/base/submitit").glob("*_0_log.out"))
+    assert training_logs
+    job, batch_script = _slurm_job(training_logs[0].name.split("_")[0])
+    assert job["Account"] == "paper_project" and job["Features"] == "testnode"
+    assert job["TresPerNode"] == "gres:gpu:2" and job["NumTasks"] == "2"
+    assert job["Comment"] == "attention" and job["TimeLimit"] == "00:20:00"
+    assert "#SBATCH --qos=normal" in batch_script  # no accounting database here to keep it
 
 
 def test_a_failing_job_names_its_slurm_log(tmp_path):
@@ -149,12 +187,12 @@ def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(t
     variant = variant.model_copy(update={
         "training": variant.training.model_copy(update={"checkpoints": variant.training.checkpoints.model_copy(
             update={"every_steps": 50, "keep_last": 3})}),
-        "resources": variant.resources.model_copy(update={
-            "time_minutes": 1, "requeue_signal_seconds": 15, "cpus_per_gpu": 1, "partition": "debug"}),
     })
+    request = SlurmRequest(runtime=1, requeue_signal_seconds=15, cpus_per_task=1, slurm_partition="debug")
     launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path, launcher="inline")
     with _releasing_requeued_jobs():
-        launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm")
+        launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm",
+                        slurm=request)
     logs = "".join(path.read_text() for path in (tmp_path / "slurm/submitit").glob("*_log.*"))
     assert "Requeued job" in logs and "resumed from" in logs, logs[-3000:]
     straight = load_checkpoint(tmp_path / "straight/train/final.pt")["model"]

@@ -312,7 +312,7 @@ def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
 def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
     """A variant's resolved hyper-parameters as MLflow params: ``model.d_model``, ``training.steps``..."""
     params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
-    for section in ("model", "training", "decoding", "resources"):
+    for section in ("model", "training", "decoding"):
         _flatten(getattr(variant, section).model_dump(), section, params)
     return params
 

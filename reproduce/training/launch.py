@@ -1,8 +1,8 @@
 """Where training runs: in this process, in local processes, or as a Slurm job, through submitit.
 
 ``inline`` trains in the calling process (one rank). ``local`` starts ``tasks`` processes with
-submitit's local executor; ``slurm`` submits one job with one task per GPU (over
-``resources.nodes`` nodes). Every task reads its rank from :class:`submitit.JobEnvironment`,
+submitit's local executor; ``slurm`` submits one job as the profile's
+:class:`~reproduce.training.slurm_request.SlurmRequest` asks, one task per GPU. Every task reads its rank from :class:`submitit.JobEnvironment`,
 exports the torch.distributed variables with
 :class:`submitit.helpers.TorchDistributedEnvironment`, and trains; rank 0 alone writes files and
 logs to MLflow. On Slurm, a job that reaches its time limit or is preempted receives a signal,
@@ -14,8 +14,8 @@ Rank 0 holds the variant's lock (:mod:`reproduce.training.variant_lock`) for the
 stop request ends the run after the current step with a checkpoint
 (:mod:`reproduce.training.interruption`): inline, SIGTERM and SIGINT, and the death of the job
 that started the trainer, after which the process exits with 128 + the signal; under submitit,
-its pre-timeout signal, after which submitit's own handler requeues the job (at most
-``resources.max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
+its pre-timeout signal, after which submitit's own handler requeues the job (at most the
+request's ``max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_se
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import Interruption
+from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
 
@@ -126,18 +127,13 @@ def _inside_submitit() -> bool:
     return True
 
 
-def _ranks(variant: ResolvedVariant, launcher: Launcher, tasks: int) -> int:
-    if launcher == "inline":
-        return 1
-    if launcher == "local":
-        return tasks
-    resources = variant.resources
-    return resources.nodes * (resources.tasks_per_node or max(1, resources.gpus // resources.nodes))
+def _ranks(launcher: Launcher, tasks: int, request: SlurmRequest) -> int:
+    return {"inline": 1, "local": tasks, "slurm": request.ranks}[launcher]
 
 
-def _check_partition(variant: ResolvedVariant, launcher: Launcher, tasks: int) -> None:
+def _check_partition(variant: ResolvedVariant, ranks: int, launcher: Launcher) -> None:
     """Fail before anything is submitted if the ranks cannot share a step evenly."""
-    ranks, micro_batches = _ranks(variant, launcher, tasks), variant.training.micro_batches_per_step
+    micro_batches = variant.training.micro_batches_per_step
     if micro_batches % ranks:
         raise ValueError(
             f"variant {variant.name}: training.micro_batches_per_step ({micro_batches}) is not a "
@@ -155,15 +151,17 @@ def launch_training(
     results_dir: Path,
     launcher: Launcher = "inline",
     tasks: int = 1,
+    slurm: SlurmRequest = SlurmRequest(),
     threads: int = 1,
     stop_after_steps: int | None = None,
     restart: bool = False,
 ) -> dict | None:
-    """Train ``variant``; with ``restart``, its checkpoints and train/ are first moved aside
+    """Train ``variant`` with ``launcher`` (``tasks`` local processes; one Slurm job as ``slurm``
+    asks); with ``restart``, its checkpoints and train/ are first moved aside
     (:func:`reproduce.training.checkpoints.set_aside`), so that training starts from step 0."""
     from reproduce.tracking import prepare_store
 
-    _check_partition(variant, launcher, tasks)
+    _check_partition(variant, _ranks(launcher, tasks, slurm), launcher)
     prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     if restart:
         with VariantLock(output_dir):
@@ -173,23 +171,13 @@ def launch_training(
                         trained_settings(variant, experiment), experiment.data)
     if launcher == "inline":
         return task()
-    resources = variant.resources
     # Requeues after a time limit, counted by submitit (the local executor ignores it).
     executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
-                                     slurm_max_num_timeout=resources.max_requeues)
+                                     slurm_max_num_timeout=slurm.max_requeues)
     if launcher == "local":
-        executor.update_parameters(tasks_per_node=tasks, timeout_min=resources.time_minutes)
+        executor.update_parameters(tasks_per_node=tasks, timeout_min=slurm.runtime)
     else:
-        gpus_per_node = resources.gpus // resources.nodes
-        executor.update_parameters(
-            nodes=resources.nodes,
-            tasks_per_node=resources.tasks_per_node or max(1, gpus_per_node),
-            cpus_per_task=resources.cpus_per_gpu, mem_gb=resources.mem_gb,
-            timeout_min=resources.time_minutes, slurm_partition=resources.partition,
-            slurm_signal_delay_s=resources.requeue_signal_seconds,
-            name=f"train-{experiment.name}-{variant.name}",
-            **({"gpus_per_node": gpus_per_node} if gpus_per_node else {}),
-        )
+        executor.update_parameters(**slurm.submitit_parameters(f"train-{experiment.name}-{variant.name}"))
     job = executor.submit(task)
     log.info("submitted %s job %s; logs: %s", launcher, job.job_id, job.paths.stdout)
     try:

@@ -30,15 +30,18 @@ RESULTS = config["results"]
 CONDA_ENV = "../envs/reproduce.yaml"  # relative to workflow/rules/, where every rule lives
 
 
-def _job_python():
-    """The interpreter of the jobs: `python` of the rule's conda env under `--sdm conda`, else
-    the one running Snakemake (the project's .venv), so both deployments run the same CLI."""
+def _run_the_projects_python():
+    """Jobs run `python -m reproduce ...`. Under `--sdm conda`, `python` is the rule's env's;
+    otherwise the interpreter running Snakemake (the project's .venv) is put first on the jobs'
+    PATH. A shell prefix, not a rule parameter, so that another path to the interpreter (a moved
+    or copied project, another .venv) does not make Snakemake plan finished jobs again."""
     if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-        return "python"
-    return sys.executable
+        return
+    interpreter_dir = shlex.quote(os.path.dirname(sys.executable))
+    shell.prefix(f'set -euo pipefail; export PATH={interpreter_dir}:"$PATH"; ')
 
 
-PYTHON = _job_python()
+_run_the_projects_python()
 
 
 def _datasets_of(task):
@@ -153,7 +156,7 @@ def render_tables_command():
     """One `reproduce tables` call per experiment, each argument quoted for the shell."""
     return " && ".join(
         shlex.join(
-            [PYTHON, "-m", "reproduce", "tables", "--experiment", path]
+            ["python", "-m", "reproduce", "tables", "--experiment", path]
             + ["--results", RESULTS, "--out-dir", f"{RESULTS}/{dataset}/tables"]
         )
         for dataset, path in EXPERIMENT_FILES.items()

@@ -16,13 +16,12 @@ rule download:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         experiment=lambda wildcards: EXPERIMENT_FILES[DOWNLOADS[wildcards.filename][0]],
         split=lambda wildcards: DOWNLOADS[wildcards.filename][1],
         source=lambda wildcards: DOWNLOADS[wildcards.filename][2].name,
         out_dir=lambda wildcards, output: os.path.dirname(output[0]),
     shell:
-        "{params.python:q} -m reproduce download --experiment {params.experiment:q}"
+        "python -m reproduce download --experiment {params.experiment:q}"
         " --split {params.split:q} --source {params.source:q} --out-dir {params.out_dir:q}"
         " > {log:q} 2>&1"
 
@@ -41,13 +40,12 @@ rule prepare:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         experiment=experiment_file,
         downloads=f"{RESULTS}/downloads",
         out_dir=f"{RESULTS}/{{dataset}}/data",
         settings=lambda wildcards: split_settings(wildcards.dataset, wildcards.split),
     shell:
-        "{params.python:q} -m reproduce prepare --experiment {params.experiment:q}"
+        "python -m reproduce prepare --experiment {params.experiment:q}"
         " --split {wildcards.split:q} --downloads {params.downloads:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
@@ -67,12 +65,11 @@ rule train_bpe:
         CONDA_ENV
     threads: 16  # capped to --cores when run locally
     params:
-        python=PYTHON,
         experiment=experiment_file,
         model_prefix=f"{RESULTS}/{{dataset}}/bpe/spm",
         settings=lambda wildcards: EXPERIMENTS[wildcards.dataset].bpe.model_dump_json(),
     shell:
-        "{params.python:q} -m reproduce train-bpe --experiment {params.experiment:q}"
+        "python -m reproduce train-bpe --experiment {params.experiment:q}"
         " --source {input.source:q} --target {input.target:q}"
         " --model-prefix {params.model_prefix:q} > {log:q} 2>&1"
 
@@ -91,9 +88,7 @@ rule encode:
     conda:
         CONDA_ENV
     threads: 16  # capped to --cores when run locally
-    params:
-        python=PYTHON,
     shell:
-        "{params.python:q} -m reproduce encode --spm-model {input.model:q}"
+        "python -m reproduce encode --spm-model {input.model:q}"
         " --source {input.source:q} --target {input.target:q} --out-dir {output:q}"
         " > {log:q} 2>&1"

@@ -25,14 +25,13 @@ rule decode:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
     params:
-        python=PYTHON,
         experiment=experiment_file,
         # an edited beam size or penalty replans decoding
         decoding=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
         .decoding.model_dump_json(),
     shell:
-        "{params.python:q} -m reproduce decode --experiment {params.experiment:q}"
+        "python -m reproduce decode --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --checkpoint {input.checkpoint:q}"
         " --spm-model {input.spm_model:q} --source {input.source:q} --out {output:q}"
         " --threads {threads} > {log:q} 2>&1"
@@ -55,11 +54,10 @@ rule score:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
     params:
-        python=PYTHON,
         experiment=experiment_file,
         results=tracking_root,
     shell:
-        "{params.python:q} -m reproduce score --experiment {params.experiment:q}"
+        "python -m reproduce score --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --split {wildcards.evaluated_split:q}"
         " --checkpoint-name {wildcards.weights:q} --translations {input.translations:q}"
         " --reference {input.reference:q} --source {input.source:q}"
@@ -83,9 +81,7 @@ rule summarize_variant:
         log_file("{dataset}/summarize_{variant}_{scores_summary}"),
     conda:
         CONDA_ENV
-    params:
-        python=PYTHON,
     shell:
-        "{params.python:q} -m reproduce summarize --dataset {wildcards.dataset:q}"
+        "python -m reproduce summarize --dataset {wildcards.dataset:q}"
         " --variant {wildcards.variant:q} --dev {input.dev:q} --test {input.test:q}"
         " --out {output:q} > {log:q} 2>&1"

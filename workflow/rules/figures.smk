@@ -18,11 +18,10 @@ rule attention_figures:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         results=tracking_root,
         sentences="0,1,2",  # the first three test sentences; the last layer (the default)
     shell:
-        "{params.python:q} -m reproduce attention --checkpoint {input.checkpoint:q}"
+        "python -m reproduce attention --checkpoint {input.checkpoint:q}"
         " --spm-model {input.spm_model:q} --source {input.source:q}"
         " --target {input.translations:q} --sentences {params.sentences:q} --out-dir {output:q}"
         " --results {params.results:q} --dataset {wildcards.dataset:q}"

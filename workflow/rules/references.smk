@@ -16,10 +16,9 @@ rule references:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         experiment=experiment_file,
         downloads=f"{RESULTS}/downloads",
     shell:
-        "{params.python:q} -m reproduce references --experiment {params.experiment:q}"
+        "python -m reproduce references --experiment {params.experiment:q}"
         " --split {wildcards.evaluated_split:q} --downloads {params.downloads:q}"
         " --source-lines {input.source:q} --out {output:q} > {log:q} 2>&1"

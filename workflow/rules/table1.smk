@@ -14,8 +14,7 @@ rule table1:
         CONDA_ENV
     threads: 1
     params:
-        python=PYTHON,
         out_dir=lambda wildcards, output: os.path.dirname(output.markdown),
     shell:
-        "{params.python:q} -m reproduce table1 --out-dir {params.out_dir:q} --threads {threads}"
+        "python -m reproduce table1 --out-dir {params.out_dir:q} --threads {threads}"
         " > {log:q} 2>&1"

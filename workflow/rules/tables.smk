@@ -20,12 +20,11 @@ rule final_tables:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         experiment=experiment_file,
         results=tracking_root,
         out_dir=f"{RESULTS}/{{dataset}}/tables",
     shell:
-        "{params.python:q} -m reproduce tables --experiment {params.experiment:q}"
+        "python -m reproduce tables --experiment {params.experiment:q}"
         " --results {params.results:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 

@@ -13,13 +13,13 @@ rule train:
     benchmark:
         benchmark_file("{dataset}/train_{variant}")
     # With the slurm launcher this rule runs where snakemake runs: it submits the training job
-    # through submitit (one task per GPU, requeued at its time limit) and waits for it.
+    # through submitit (one task per GPU, requeued at its time limit) and waits for it. Its
+    # request is this rule's resources: set-resources: train in the profile (slurm/config.yaml).
     localrule: config["training"]["launcher"] == "slurm"
     conda:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
     params:
-        python=PYTHON,
         experiment=experiment_file,
         out_dir=f"{RESULTS}/{{dataset}}/{{variant}}",
         results=tracking_root,
@@ -27,12 +27,10 @@ rule train:
         tasks=config["training"].get("tasks", 1),
         fingerprint=training_fingerprint,
         steps=training_steps,  # raising steps continues the run from its last checkpoint
-    shell:
-        "{params.python:q} -m reproduce train --experiment {params.experiment:q}"
-        " --variant {wildcards.variant:q} --train-data {input.train:q} --dev-data {input.dev:q}"
-        " --out-dir {params.out_dir:q} --results {params.results:q}"
-        " --launcher {params.launcher:q} --tasks {params.tasks} --threads {threads}"
-        " > {log:q} 2>&1"
+    # A script, which sees every resource by name: with the slurm launcher, the rule's resources
+    # (set in the profile) are the training job's Slurm request.
+    script:
+        "../scripts/train.py"
 
 
 rule average:
@@ -45,11 +43,10 @@ rule average:
     conda:
         CONDA_ENV
     params:
-        python=PYTHON,
         checkpoint_dir=f"{RESULTS}/{{dataset}}/{{variant}}/checkpoints",
         last=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
         .training.average_last,
     shell:
-        "{params.python:q} -m reproduce average --checkpoint-dir {params.checkpoint_dir:q}"
+        "python -m reproduce average --checkpoint-dir {params.checkpoint_dir:q}"
         " --last {params.last} --out {output:q} > {log:q} 2>&1"

@@ -1,0 +1,37 @@
+"""The train rule's job: ``python -m reproduce train`` for one variant, logged to the rule's log.
+
+A script rather than a shell command because only a script sees the job's resources by name,
+those the profile sets for every job (``default-resources``: account, QoS...) included; with the
+``slurm`` launcher they are the training job's Slurm request (``--slurm name=value``, see
+reproduce/training/slurm_request.py), so a dry run's ``resources:`` line is what gets submitted.
+"""
+
+import shlex
+import subprocess
+import sys
+
+from reproduce.training.slurm_request import SlurmRequest
+
+job = snakemake  # noqa: F821 (defined by Snakemake for scripts)
+
+
+def train_command() -> list[str]:
+    command = [
+        sys.executable, "-m", "reproduce", "train",
+        "--experiment", job.params.experiment, "--variant", job.wildcards.variant,
+        "--train-data", job.input.train, "--dev-data", job.input.dev,
+        "--out-dir", job.params.out_dir, "--results", job.params.results,
+        "--launcher", job.params.launcher, "--tasks", str(job.params.tasks),
+        "--threads", str(job.threads),
+    ]
+    if job.params.launcher == "slurm":
+        for name in SlurmRequest.model_fields:
+            if name in job.resources.keys():
+                command += ["--slurm", f"{name}={job.resources[name]}"]
+    return command
+
+
+with open(job.log[0], "w") as log:
+    command = train_command()
+    print(shlex.join(command), file=log, flush=True)
+    sys.exit(subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode)
