@@ -4,7 +4,8 @@
 # start   installs Debian's slurm-wlm and munge when missing, creates the munge key when missing,
 #         starts munged, writes /etc/slurm/slurm.conf and gres.conf (rewritten, and the daemons
 #         restarted, only when their content changes; the node has two stand-in GPUs without
-#         CUDA and the feature `testnode`, for the tests of training's Slurm request), starts slurmctld and slurmd and waits until the node is idle.
+#         CUDA and the feature `testnode`, for the tests of training's Slurm request), starts
+#         slurmctld and slurmd and waits until the node is idle.
 #         On a running cluster with an unchanged configuration it only reports the status.
 # stop    shuts slurmctld, slurmd and munged down; fine when they are not running.
 # status  prints the node's state and the versions; exits 1 when the node cannot take jobs.
