@@ -3,9 +3,11 @@
 The store is ``MLFLOW_TRACKING_URI`` when set (a tracking server, the setting for Slurm: many jobs
 writing one SQLite file on a shared filesystem is unsafe), else an embedded SQLite file beside the
 results (``sqlite:///<results>/mlflow.db``). :func:`prepare_store` runs before any training: a
-server must answer ``/health`` within a few seconds, and an embedded store is created (its schema
-migrated) by one process at a time under a file lock, so parallel jobs on a new store never race in
-MLflow's migrations. Credentials in the URI (``user:password@``) never reach a message.
+server must answer a read-only API call within a few seconds (``/health`` would not do: MLflow
+answers it whatever the Host header, and refuses API calls from a host name it does not allow),
+and an embedded store is created (its schema migrated) by one process at a time under a file lock,
+so parallel jobs on a new store never race in MLflow's migrations. Credentials in the URI
+(``user:password@``) never reach a message.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import re
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from reproduce.config import ConfigError
 
 SERVER_CHECK_SECONDS = 5.0
+# The pre-flight request: read-only, and an API call, so subject to the server's Host check.
+CHECK_PATH, CHECK_QUERY = "/api/2.0/mlflow/experiments/search", "max_results=1"
+INVALID_HOST = "Invalid Host header"  # the start of MLflow's 403 answer to a host it does not allow
 
 # MLflow's HTTP client retries a failed request 7 times with back-off (about 4 minutes) and waits
 # 120 s for an answer; a training process asks for less, so that a lost server costs seconds.
@@ -88,13 +93,13 @@ def fail_fast_over_http() -> None:
 
 
 def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
-    """Raise :class:`TrackingUnavailable` (one line, no credentials) unless ``uri/health`` answers."""
+    """Raise :class:`TrackingUnavailable` (one line, no credentials) unless the server answers a
+    read-only API call within ``timeout``: not ``/health``, which MLflow answers whatever the Host
+    header, while it refuses every API call (403) from a host name it does not allow."""
     parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    health = urlunsplit((parts.scheme, host, parts.path.rstrip("/") + "/health", "", ""))
-    request = urllib.request.Request(health)
+    host = _host_header(parts)
+    path = parts.path.rstrip("/") + CHECK_PATH
+    request = urllib.request.Request(urlunsplit((parts.scheme, host, path, CHECK_QUERY, "")))
     if parts.username:
         token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
@@ -102,16 +107,35 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as error:
-        reason = f"HTTP {error.code} from /health"
+        raise TrackingUnavailable(_refusal(uri, host, error)) from None
     except (OSError, ValueError) as error:
         reason = str(getattr(error, "reason", None) or error) or type(error).__name__
-    else:
-        return
-    raise TrackingUnavailable(
-        f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within {timeout:g} s"
-        f" ({redact(reason)}); start one (scripts/mlflow-server.sh start) or unset"
-        " MLFLOW_TRACKING_URI to use the embedded SQLite store"
-    )
+        raise TrackingUnavailable(
+            f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within"
+            f" {timeout:g} s ({redact(reason)}); start one (scripts/mlflow-server.sh start) or"
+            " unset MLFLOW_TRACKING_URI to use the embedded SQLite store"
+        ) from None
+
+
+def _host_header(parts: SplitResult) -> str:
+    """The Host header a request to ``parts`` carries (``name:port``), without credentials."""
+    name = parts.hostname or ""
+    if ":" in name:  # an IPv6 address
+        name = f"[{name}]"
+    return f"{name}:{parts.port}" if parts.port else name
+
+
+def _refusal(uri: str, host: str, error: urllib.error.HTTPError) -> str:
+    """The one line for a server that answers the check with an error, naming the fix when it is
+    MLflow's Host check: ``host`` must be among the server's allowed hosts."""
+    lines = error.read(300).decode(errors="replace").strip().splitlines()
+    answer = redact(f"HTTP {error.code}: {lines[0] if lines else error.reason}")
+    refused = f"MLFLOW_TRACKING_URI={redact(uri)}: the MLflow server refuses API calls ({answer})"
+    if INVALID_HOST not in answer:
+        return f"{refused}; check the URI and its credentials, and the server's log"
+    return (f"{refused}; start it with {host} among its allowed hosts:"
+            f" MLFLOW_SERVER_ALLOWED_HOSTS={host} scripts/mlflow-server.sh start"
+            f" (or mlflow server --allowed-hosts {host})")
 
 
 def create_sqlite_store(uri: str) -> None:
