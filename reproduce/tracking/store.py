@@ -6,8 +6,9 @@ results (``sqlite:///<results>/mlflow.db``). :func:`prepare_store` runs before a
 server must answer a read-only API call within a few seconds (``/health`` would not do: MLflow
 answers it whatever the Host header, and refuses API calls from a host name it does not allow),
 and an embedded store is created (its schema migrated) by one process at a time under a file lock,
-so parallel jobs on a new store never race in MLflow's migrations. Credentials in the URI
-(``user:password@``) never reach a message.
+so parallel jobs on a new store never race in MLflow's migrations. The embedded store keeps its
+artifacts in ``<results>/mlartifacts``, and follows the results folder when that was moved or
+copied. Credentials in the URI (``user:password@``) never reach a message.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import fcntl
 import logging
 import os
 import re
+import sqlite3
 import urllib.error
 import urllib.request
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -34,6 +37,13 @@ INVALID_HOST = "Invalid Host header"  # the start of MLflow's 403 answer to a ho
 FAST_FAILING_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
+# Where MLflow's SQL schema records artifact URIs (runs' and models' lie under their experiment's).
+ARTIFACT_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                    ("logged_models", "artifact_location"))
+
+log = logging.getLogger(__name__)
 
 
 class TrackingUnavailable(ConfigError):
@@ -65,10 +75,17 @@ def redact_credentials_in_logs() -> None:
 
 def tracking_uri(results_dir: Path) -> str:
     """``MLFLOW_TRACKING_URI`` if set, else the SQLite store inside ``results_dir``."""
-    configured = os.environ.get("MLFLOW_TRACKING_URI")
-    if configured:
-        return configured
+    return os.environ.get("MLFLOW_TRACKING_URI") or embedded_uri(results_dir)
+
+
+def embedded_uri(results_dir: Path) -> str:
+    """The embedded store: a SQLite file inside ``results_dir``, which moves with it."""
     return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+
+
+def artifact_root(results_dir: Path) -> str:
+    """Where a local store keeps artifacts: ``<results>/mlartifacts``, as a file URI."""
+    return (results_dir / ARTIFACTS).resolve().as_uri()
 
 
 def is_server(uri: str) -> bool:
@@ -81,9 +98,20 @@ def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> s
     fail_fast_over_http()
     if is_server(uri):
         check_server(uri, timeout)
+    else:
+        open_sqlite_store(results_dir)
+    return uri
+
+
+def open_sqlite_store(results_dir: Path) -> None:
+    """Create the SQLite store if the tracking URI names one. The embedded store's artifacts
+    follow ``results_dir`` (the folder may have been moved); a store that MLFLOW_TRACKING_URI
+    names may be shared by several results folders, so its artifacts are left where they are."""
+    uri = tracking_uri(results_dir)
+    if uri == embedded_uri(results_dir):
+        create_sqlite_store(uri, follow=artifact_root(results_dir))
     elif uri.startswith("sqlite:///"):
         create_sqlite_store(uri)
-    return uri
 
 
 def fail_fast_over_http() -> None:
@@ -138,8 +166,10 @@ def _refusal(uri: str, host: str, error: urllib.error.HTTPError) -> str:
             f" (or mlflow server --allowed-hosts {host})")
 
 
-def create_sqlite_store(uri: str) -> None:
-    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock)."""
+def create_sqlite_store(uri: str, follow: str | None = None) -> None:
+    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock);
+    with ``follow``, an artifact root, also move the store's artifact URIs there
+    (:func:`follow_artifact_root`) under the same lock."""
     from mlflow.tracking import MlflowClient
 
     database = Path(uri[len("sqlite:///"):])
@@ -154,7 +184,39 @@ def create_sqlite_store(uri: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             MlflowClient(uri).search_experiments(max_results=1)
+            if follow:
+                follow_artifact_root(database, follow)
         except Exception as error:
             raise TrackingUnavailable(f"MLflow store {database}: {redact(str(error))}") from error
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def follow_artifact_root(database: Path, root: str) -> None:
+    """Rewrite the store's artifact URIs that lie under another folder's ``mlartifacts`` to lie
+    under ``root``: its results folder was moved or copied since they were recorded, and MLflow
+    stores them as absolute URIs (it resolves a relative location when the experiment is created,
+    against the working directory). Files are not moved: those already logged moved with the
+    folder. Each rewrite is logged; a store that never moved is only read."""
+    with closing(sqlite3.connect(database, timeout=60)) as db, db:  # one transaction
+        for old in _other_artifact_roots(db, root):
+            experiments, runs, _ = [_replace_prefix(db, table, column, old, root)
+                                    for table, column in ARTIFACT_COLUMNS]
+            log.warning("MLflow store %s: artifacts of %d experiment(s) and %d run(s) were under"
+                        " %s, outside this results folder (it was moved or copied); now under %s",
+                        database, experiments, runs, old, root)
+
+
+def _replace_prefix(db: sqlite3.Connection, table: str, column: str, old: str, new: str) -> int:
+    """Replace the URI prefix ``old`` by ``new`` in ``table.column``; the number of rows changed."""
+    cut = len(old) + 1
+    return db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?)"
+                      f" WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                      (new, cut, old, cut, old + "/")).rowcount
+
+
+def _other_artifact_roots(db: sqlite3.Connection, root: str) -> list[str]:
+    """The experiments' artifact locations that are another results folder's ``mlartifacts``."""
+    locations = {row[0] for row in db.execute("SELECT DISTINCT artifact_location FROM experiments")}
+    return sorted(location for location in locations - {root} if location
+                  and location.startswith("file://") and location.endswith("/" + ARTIFACTS))
