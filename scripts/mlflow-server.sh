@@ -120,7 +120,7 @@ start() {
   local waited=0 refusal
   until refusal=$(ready "$uri"); do
     if [ -n "$refusal" ]; then
-      stop
+      stop 2>/dev/null  # quietly: the error says so, in one line
       die "mlflow server refuses API calls through $uri ($refusal); stopped it; see $LOG_FILE"
     fi
     if ! running; then
