@@ -9,13 +9,29 @@
 #   eval "$(scripts/mlflow-server.sh start)"      # prints: export MLFLOW_TRACKING_URI=http://<host>:<port>
 #
 # start   starts `mlflow server` with the SQLite store <dir>/mlflow.db and artifacts in
-#         <dir>/mlartifacts, waits until /health answers, prints the export line; when the server
-#         of <dir> is already running, prints its line again.
+#         <dir>/mlartifacts, waits until a read-only API call (experiments/search) through the
+#         exported URI succeeds, prints the export line; when the server of <dir> is already
+#         running, prints its line again.
 # stop    stops it; fine when it is not running.
 # status  prints the export line; exits 1 when it is not running.
 #
+# Names and addresses. MLflow (3.x) answers API calls only when their Host header is one of its
+# allowed hosts (`mlflow server --allowed-hosts`, env MLFLOW_SERVER_ALLOWED_HOSTS; default:
+# localhost and private IP ranges, never a node name) and 403 "Invalid Host header" otherwise;
+# /health is exempt, so a health check proves nothing. The jobs send the host of the exported URI,
+# so the server allows this node's names (short and fully qualified), its addresses, loopback,
+# MLFLOW_SERVER_HOST and whatever MLFLOW_SERVER_ALLOWED_HOSTS adds (a name without a port is
+# allowed on any port). It listens on 0.0.0.0, not on MLFLOW_SERVER_HOST: a node name often
+# resolves to a loopback address on its own node (Debian's 127.0.1.1 in /etc/hosts) or to one
+# interface of several, so binding to it can leave the compute nodes unable to connect. The bind
+# address only chooses interfaces (mlflow server --help: "NOT a security setting"); the allowed
+# hosts are the check. When MLFLOW_SERVER_HOST is a loopback address (one machine), it listens
+# there only; MLFLOW_SERVER_BIND picks another interface.
+#
 # Settings (environment): MLFLOW_SERVER_DIR (default results/mlflow-server), MLFLOW_SERVER_HOST
 # (default this node's name, reachable from the compute nodes; 127.0.0.1 for one machine),
+# MLFLOW_SERVER_BIND (default 0.0.0.0, or MLFLOW_SERVER_HOST when loopback),
+# MLFLOW_SERVER_ALLOWED_HOSTS (more allowed Host headers, comma-separated),
 # MLFLOW_SERVER_PORT (default 5000), MLFLOW_SERVER_READY_TIMEOUT_S (default 120).
 set -euo pipefail
 
@@ -23,6 +39,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${MLFLOW_SERVER_DIR:-$ROOT/results/mlflow-server}
 HOST=${MLFLOW_SERVER_HOST:-$(hostname -f 2>/dev/null || hostname)}
 PORT=${MLFLOW_SERVER_PORT:-5000}
+case "$HOST" in
+  localhost | 127.* | ::1) BIND=${MLFLOW_SERVER_BIND:-$HOST} ;;
+  *) BIND=${MLFLOW_SERVER_BIND:-0.0.0.0} ;;
+esac
 READY_TIMEOUT_S=${MLFLOW_SERVER_READY_TIMEOUT_S:-120}
 PID_FILE="$DIR/server.pid"
 URI_FILE="$DIR/server.uri"
@@ -40,11 +60,42 @@ mlflow_command() {
 
 running() { [ -s "$PID_FILE" ] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
 
-healthy() {  # healthy URI: /health answers within 2 s
-  python3 - "$1/health" <<'EOF'
-import sys, urllib.request
+host_patterns() {  # host_patterns NAME...: the Host headers naming NAME, without and with a port
+  local name
+  for name in "$@"; do
+    case "$name" in
+      "") ;;
+      *:*) echo "[$name]"; echo "[[]$name]:*" ;;  # IPv6; MLflow matches with fnmatch: [ escaped
+      *) echo "$name"; echo "$name:*" ;;
+    esac
+  done
+}
+
+allowed_hosts() {  # the value of --allowed-hosts: this node's names and addresses, and the user's
+  local extra name
+  IFS=, read -ra extra <<<"${MLFLOW_SERVER_ALLOWED_HOSTS:-}"
+  {
+    # $(hostname -I) unquoted: one word per address
+    host_patterns localhost 127.0.0.1 ::1 "$HOST" "$(hostname)" "$(hostname -s 2>/dev/null)" \
+      "$(hostname -f 2>/dev/null)" $(hostname -I 2>/dev/null)
+    for name in "${extra[@]}"; do
+      case "$name" in
+        *:*) echo "$name" ;;  # has a port (or is IPv6): as given
+        *) host_patterns "$name" ;;
+      esac
+    done
+  } | sort -u | paste -sd, -
+}
+
+ready() {  # ready URI: a read-only API call through URI succeeds; prints the answer of a refusal
+  python3 - "$1/api/2.0/mlflow/experiments/search?max_results=1" <<'EOF'
+import sys, urllib.error, urllib.request
 try:
     urllib.request.urlopen(sys.argv[1], timeout=2).read()
+except urllib.error.HTTPError as error:
+    answer = error.read(200).decode(errors="replace").strip().splitlines()
+    print(f"HTTP {error.code}: {answer[0] if answer else error.reason}")
+    sys.exit(1)
 except OSError:
     sys.exit(1)
 EOF
@@ -60,13 +111,18 @@ start() {
   mlflow=$(mlflow_command)
   uri="http://$HOST:$PORT"
   # Its own session, so that it outlives the shell that started it.
-  setsid "$mlflow" server --host "$HOST" --port "$PORT" --workers 1 \
+  setsid "$mlflow" server --host "$BIND" --port "$PORT" --workers 1 \
+    --allowed-hosts "$(allowed_hosts)" \
     --backend-store-uri "sqlite:///$DIR/mlflow.db" --artifacts-destination "$DIR/mlartifacts" \
     >"$LOG_FILE" 2>&1 </dev/null &
   echo $! >"$PID_FILE"
   echo "$uri" >"$URI_FILE"
-  local waited=0
-  until healthy "$uri"; do
+  local waited=0 refusal
+  until refusal=$(ready "$uri"); do
+    if [ -n "$refusal" ]; then
+      stop 2>/dev/null  # quietly: the error says so, in one line
+      die "mlflow server refuses API calls through $uri ($refusal); stopped it; see $LOG_FILE"
+    fi
     if ! running; then
       die "mlflow server exited; last lines of $LOG_FILE:"$'\n'"$(tail -n 20 "$LOG_FILE")"
     fi

@@ -1,4 +1,8 @@
-"""A real ``mlflow server`` on 127.0.0.1 for the tests, stopped when the test ends."""
+"""A real ``mlflow server`` for the tests (on 127.0.0.1 unless told), stopped when the test ends.
+
+It is started without ``--allowed-hosts``: MLflow's own defaults, which allow loopback and private
+addresses but no host name.
+"""
 
 import socket
 import subprocess
@@ -16,11 +20,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_mlflow_server(folder: Path):
+def running_mlflow_server(folder: Path, bind: str = "127.0.0.1"):
+    """Yield the server's URL on 127.0.0.1; ``bind`` is the address it listens on."""
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     process = subprocess.Popen(
-        [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        [str(mlflow), "server", "--host", bind, "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
          "--artifacts-destination", str(folder / "artifacts")],
         stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "w"),

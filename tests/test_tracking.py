@@ -4,6 +4,7 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from reproduce.tracking import (
     start_training_run, start_variant_run, tables_run, tracking_uri,
 )
 from reproduce.tracking.datasets import dataset_inputs, public_url
+from reproduce.tracking.store import artifact_root
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, random_corpus, small_variant
@@ -88,6 +90,61 @@ def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
     assert not (tmp_path / "mlruns").exists()
     tags = MlflowClient(tracking_uri(results)).get_run(run.run_id).data.tags
     assert tags["kind"] == "tables" and "variant" not in tags
+
+
+LOG_AN_ARTIFACT = """
+import sys
+from pathlib import Path
+from reproduce.tracking import start_variant_run
+results, artifact = Path(sys.argv[1]), Path(sys.argv[2])
+run = start_variant_run(results, "tiny", "base", None, results / "tiny/base/checkpoints")
+run.log_artifact(artifact, "train")
+run.finish()
+print(run.run_id)
+"""
+
+
+def _log_in_a_new_process(results: Path, artifact: Path) -> subprocess.CompletedProcess:
+    """Log ``artifact`` to the variant run recorded in ``results``, as a command would."""
+    return subprocess.run([sys.executable, "-c", LOG_AN_ARTIFACT, str(results), str(artifact)],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_the_artifacts_of_a_moved_project_follow_its_results_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    old, new = tmp_path / "home/project", tmp_path / "scratch/project"
+    (old / "results").mkdir(parents=True)
+    for name in ("before.md", "after.md"):
+        (tmp_path / name).write_text(f"{name}\n")
+    before = _log_in_a_new_process(old / "results", tmp_path / "before.md")
+    assert before.returncode == 0, before.stderr
+    assert "now under" not in before.stderr  # a store that never moved is left as it is
+    new.parent.mkdir()
+    shutil.move(old, new)
+    after = _log_in_a_new_process(new / "results", tmp_path / "after.md")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == before.stdout  # the same run, resumed
+    assert after.stderr.count("now under") == 1  # the rewrite is logged
+    assert not old.exists()  # nothing was written to the old place
+    results = new / "results"
+    logged = sorted(path.relative_to(results) for path in results.rglob("*.md"))
+    run_id = before.stdout.strip()
+    assert logged == [Path(f"mlartifacts/{run_id}/artifacts/train/{name}")
+                      for name in ("after.md", "before.md")]
+    client = MlflowClient(tracking_uri(results))
+    assert client.get_experiment_by_name("tiny").artifact_location == artifact_root(results)
+    downloaded = client.download_artifacts(run_id, "train/before.md", str(tmp_path))
+    assert Path(downloaded).read_text() == "before.md\n"
+
+
+def test_a_store_named_by_the_tracking_uri_keeps_its_artifact_locations(tmp_path, monkeypatch):
+    """Several results folders may share it: none of them takes its artifacts over."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'shared.db'}")
+    start_variant_run(tmp_path / "a", "tiny", "base", None, tmp_path / "a")
+    start_variant_run(tmp_path / "b", "tiny", "base", None, tmp_path / "b")
+    experiment = MlflowClient(tracking_uri(tmp_path)).get_experiment_by_name("tiny")
+    assert experiment.artifact_location == artifact_root(tmp_path / "a")
 
 
 # -- a training's run ----------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from reproduce.tracking.store import (
-    fail_fast_over_http, is_server, redact, redact_credentials_in_logs, tracking_uri,
+    artifact_root, fail_fast_over_http, is_server, open_sqlite_store, redact,
+    redact_credentials_in_logs, tracking_uri,
 )
 
 if TYPE_CHECKING:
@@ -204,6 +205,9 @@ def _retry_while_locked(call: Callable[[], None], attempts: int = 8) -> None:
 
 
 def _client(results_dir: Path) -> MlflowClient:
+    """A client of the store; an embedded one first follows a moved results folder (commands
+    such as ``attention`` log without :func:`~reproduce.tracking.store.prepare_store`)."""
+    open_sqlite_store(results_dir)
     return MlflowClient(tracking_uri=tracking_uri(results_dir))
 
 
@@ -214,7 +218,7 @@ def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str
         # working directory); a tracking server decides for itself.
         artifacts = None
         if not is_server(tracking_uri(results_dir)):
-            artifacts = (results_dir / "mlartifacts").resolve().as_uri()
+            artifacts = artifact_root(results_dir)
         try:
             client.create_experiment(dataset, artifact_location=artifacts, tags=EXPERIMENT_KIND)
         except mlflow.exceptions.MlflowException:  # created meanwhile by a parallel job

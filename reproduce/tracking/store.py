@@ -3,9 +3,12 @@
 The store is ``MLFLOW_TRACKING_URI`` when set (a tracking server, the setting for Slurm: many jobs
 writing one SQLite file on a shared filesystem is unsafe), else an embedded SQLite file beside the
 results (``sqlite:///<results>/mlflow.db``). :func:`prepare_store` runs before any training: a
-server must answer ``/health`` within a few seconds, and an embedded store is created (its schema
-migrated) by one process at a time under a file lock, so parallel jobs on a new store never race in
-MLflow's migrations. Credentials in the URI (``user:password@``) never reach a message.
+server must answer a read-only API call within a few seconds (``/health`` would not do: MLflow
+answers it whatever the Host header, and refuses API calls from a host name it does not allow),
+and an embedded store is created (its schema migrated) by one process at a time under a file lock,
+so parallel jobs on a new store never race in MLflow's migrations. The embedded store keeps its
+artifacts in ``<results>/mlartifacts``, and follows the results folder when that was moved or
+copied. Credentials in the URI (``user:password@``) never reach a message.
 """
 
 from __future__ import annotations
@@ -15,20 +18,32 @@ import fcntl
 import logging
 import os
 import re
+import sqlite3
 import urllib.error
 import urllib.request
+from contextlib import closing
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from reproduce.config import ConfigError
 
 SERVER_CHECK_SECONDS = 5.0
+# The pre-flight request: read-only, and an API call, so subject to the server's Host check.
+CHECK_PATH, CHECK_QUERY = "/api/2.0/mlflow/experiments/search", "max_results=1"
+INVALID_HOST = "Invalid Host header"  # the start of MLflow's 403 answer to a host it does not allow
 
 # MLflow's HTTP client retries a failed request 7 times with back-off (about 4 minutes) and waits
 # 120 s for an answer; a training process asks for less, so that a lost server costs seconds.
 FAST_FAILING_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
+# Where MLflow's SQL schema records artifact URIs (runs' and models' lie under their experiment's).
+ARTIFACT_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                    ("logged_models", "artifact_location"))
+
+log = logging.getLogger(__name__)
 
 
 class TrackingUnavailable(ConfigError):
@@ -60,10 +75,17 @@ def redact_credentials_in_logs() -> None:
 
 def tracking_uri(results_dir: Path) -> str:
     """``MLFLOW_TRACKING_URI`` if set, else the SQLite store inside ``results_dir``."""
-    configured = os.environ.get("MLFLOW_TRACKING_URI")
-    if configured:
-        return configured
+    return os.environ.get("MLFLOW_TRACKING_URI") or embedded_uri(results_dir)
+
+
+def embedded_uri(results_dir: Path) -> str:
+    """The embedded store: a SQLite file inside ``results_dir``, which moves with it."""
     return f"sqlite:///{(results_dir / 'mlflow.db').resolve()}"
+
+
+def artifact_root(results_dir: Path) -> str:
+    """Where a local store keeps artifacts: ``<results>/mlartifacts``, as a file URI."""
+    return (results_dir / ARTIFACTS).resolve().as_uri()
 
 
 def is_server(uri: str) -> bool:
@@ -76,9 +98,20 @@ def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> s
     fail_fast_over_http()
     if is_server(uri):
         check_server(uri, timeout)
+    else:
+        open_sqlite_store(results_dir)
+    return uri
+
+
+def open_sqlite_store(results_dir: Path) -> None:
+    """Create the SQLite store if the tracking URI names one. The embedded store's artifacts
+    follow ``results_dir`` (the folder may have been moved); a store that MLFLOW_TRACKING_URI
+    names may be shared by several results folders, so its artifacts are left where they are."""
+    uri = tracking_uri(results_dir)
+    if uri == embedded_uri(results_dir):
+        create_sqlite_store(uri, follow=artifact_root(results_dir))
     elif uri.startswith("sqlite:///"):
         create_sqlite_store(uri)
-    return uri
 
 
 def fail_fast_over_http() -> None:
@@ -88,13 +121,13 @@ def fail_fast_over_http() -> None:
 
 
 def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
-    """Raise :class:`TrackingUnavailable` (one line, no credentials) unless ``uri/health`` answers."""
+    """Raise :class:`TrackingUnavailable` (one line, no credentials) unless the server answers a
+    read-only API call within ``timeout``: not ``/health``, which MLflow answers whatever the Host
+    header, while it refuses every API call (403) from a host name it does not allow."""
     parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    health = urlunsplit((parts.scheme, host, parts.path.rstrip("/") + "/health", "", ""))
-    request = urllib.request.Request(health)
+    host = _host_header(parts)
+    path = parts.path.rstrip("/") + CHECK_PATH
+    request = urllib.request.Request(urlunsplit((parts.scheme, host, path, CHECK_QUERY, "")))
     if parts.username:
         token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
@@ -102,20 +135,41 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as error:
-        reason = f"HTTP {error.code} from /health"
+        raise TrackingUnavailable(_refusal(uri, host, error)) from None
     except (OSError, ValueError) as error:
         reason = str(getattr(error, "reason", None) or error) or type(error).__name__
-    else:
-        return
-    raise TrackingUnavailable(
-        f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within {timeout:g} s"
-        f" ({redact(reason)}); start one (scripts/mlflow-server.sh start) or unset"
-        " MLFLOW_TRACKING_URI to use the embedded SQLite store"
-    )
+        raise TrackingUnavailable(
+            f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within"
+            f" {timeout:g} s ({redact(reason)}); start one (scripts/mlflow-server.sh start) or"
+            " unset MLFLOW_TRACKING_URI to use the embedded SQLite store"
+        ) from None
 
 
-def create_sqlite_store(uri: str) -> None:
-    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock)."""
+def _host_header(parts: SplitResult) -> str:
+    """The Host header a request to ``parts`` carries (``name:port``), without credentials."""
+    name = parts.hostname or ""
+    if ":" in name:  # an IPv6 address
+        name = f"[{name}]"
+    return f"{name}:{parts.port}" if parts.port else name
+
+
+def _refusal(uri: str, host: str, error: urllib.error.HTTPError) -> str:
+    """The one line for a server that answers the check with an error, naming the fix when it is
+    MLflow's Host check: ``host`` must be among the server's allowed hosts."""
+    lines = error.read(300).decode(errors="replace").strip().splitlines()
+    answer = redact(f"HTTP {error.code}: {lines[0] if lines else error.reason}")
+    refused = f"MLFLOW_TRACKING_URI={redact(uri)}: the MLflow server refuses API calls ({answer})"
+    if INVALID_HOST not in answer:
+        return f"{refused}; check the URI and its credentials, and the server's log"
+    return (f"{refused}; start it with {host} among its allowed hosts:"
+            f" MLFLOW_SERVER_ALLOWED_HOSTS={host} scripts/mlflow-server.sh start"
+            f" (or mlflow server --allowed-hosts {host})")
+
+
+def create_sqlite_store(uri: str, follow: str | None = None) -> None:
+    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock);
+    with ``follow``, an artifact root, also move the store's artifact URIs there
+    (:func:`follow_artifact_root`) under the same lock."""
     from mlflow.tracking import MlflowClient
 
     database = Path(uri[len("sqlite:///"):])
@@ -130,7 +184,39 @@ def create_sqlite_store(uri: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             MlflowClient(uri).search_experiments(max_results=1)
+            if follow:
+                follow_artifact_root(database, follow)
         except Exception as error:
             raise TrackingUnavailable(f"MLflow store {database}: {redact(str(error))}") from error
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def follow_artifact_root(database: Path, root: str) -> None:
+    """Rewrite the store's artifact URIs that lie under another folder's ``mlartifacts`` to lie
+    under ``root``: its results folder was moved or copied since they were recorded, and MLflow
+    stores them as absolute URIs (it resolves a relative location when the experiment is created,
+    against the working directory). Files are not moved: those already logged moved with the
+    folder. Each rewrite is logged; a store that never moved is only read."""
+    with closing(sqlite3.connect(database, timeout=60)) as db, db:  # one transaction
+        for old in _other_artifact_roots(db, root):
+            experiments, runs, _ = [_replace_prefix(db, table, column, old, root)
+                                    for table, column in ARTIFACT_COLUMNS]
+            log.warning("MLflow store %s: artifacts of %d experiment(s) and %d run(s) were under"
+                        " %s, outside this results folder (it was moved or copied); now under %s",
+                        database, experiments, runs, old, root)
+
+
+def _replace_prefix(db: sqlite3.Connection, table: str, column: str, old: str, new: str) -> int:
+    """Replace the URI prefix ``old`` by ``new`` in ``table.column``; the number of rows changed."""
+    cut = len(old) + 1
+    return db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?)"
+                      f" WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                      (new, cut, old, cut, old + "/")).rowcount
+
+
+def _other_artifact_roots(db: sqlite3.Connection, root: str) -> list[str]:
+    """The experiments' artifact locations that are another results folder's ``mlartifacts``."""
+    locations = {row[0] for row in db.execute("SELECT DISTINCT artifact_location FROM experiments")}
+    return sorted(location for location in locations - {root} if location
+                  and location.startswith("file://") and location.endswith("/" + ARTIFACTS))
