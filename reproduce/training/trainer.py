@@ -15,7 +15,9 @@ and only if that checkpoint was trained with the same settings
 (:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, Slurm's pre-timeout signal, the
-parent's death) ends the run after the current step, with a checkpoint of that step.
+parent's death) ends the run after the current step, with a checkpoint of that step. Every
+``log_every_steps`` steps the log says how far the run is, how fast and how long it has left
+(:mod:`reproduce.training.progress`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from reproduce.training.checkpoints import (CheckpointSchedule, check_room, late
                                             save_checkpoint)
 from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
+from reproduce.training.progress import ThroughputWindow, progress_line
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.schedule import learning_rate
 from reproduce.training.teacher_forcing import TeacherForcedStates
@@ -264,9 +267,10 @@ class Trainer:
         if self.rank == 0:  # the run keeps keep_last checkpoints, writes one more, and final.pt
             check_room(self.checkpoint_dir, self.checkpoint_bytes(), t.checkpoints.keep_last + 2)
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
+        # tqdm's rate and ETA count the steps since ``initial``: those of this segment alone.
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
                         disable=self.rank != 0 or not sys.stderr.isatty())
-        window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
+        window = ThroughputWindow()
         while self.step < last_step:
             started = time.monotonic()
             loss, source_tokens, target_tokens, flops, padded = self._train_step()
@@ -276,19 +280,11 @@ class Trainer:
             self.totals["training_flops"] += flops
             self.totals["padded_positions"] += padded
             self.last_train_loss = loss
-            window["target_tokens"] += target_tokens
-            window["tokens"] += source_tokens + target_tokens
-            window["flops"] += flops
+            window.add(source_tokens, target_tokens, flops)
             progress.update(1)
             if self.step % t.log_every_steps == 0 or self.step == t.steps:
-                metrics = {"train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-                           **self._throughput(window)}
-                self._record(metrics)
-                progress.set_postfix(loss=f"{loss:.3f}")
-                if progress.disable and self.rank == 0:
-                    log.info("step %d/%d loss %.4f lr %.3g target tokens/s %.0f", self.step, t.steps, loss,
-                             metrics["lr"], metrics["target_tokens_per_second"])
-                window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
+                self._log_progress(loss, window, progress)
+                window = ThroughputWindow()
             if self.step % t.eval_every_steps == 0 or self.step == t.steps:
                 self._evaluate()
                 if self.rank == 0:
@@ -305,21 +301,22 @@ class Trainer:
             return None
         return self._finish()
 
+    def _log_progress(self, loss: float, window: ThroughputWindow, progress: tqdm) -> None:
+        """Record the step's metrics; log a progress line where no progress bar shows."""
+        rates = window.rates(self._peak_flops())
+        metrics = {"train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"], **rates}
+        self._record(metrics)
+        progress.set_postfix(loss=f"{loss:.3f}")
+        if progress.disable and self.rank == 0:
+            log.info(progress_line(self.step, self.training.steps, loss, metrics["lr"],
+                                   rates, self.totals["wall_seconds"]))
+
     def _peak_flops(self) -> float | None:
         """The peak FLOP/s of all ranks together, where the device is a known GPU."""
         if self.device.type != "cuda":
             return None
         peak = peak_flops(torch.cuda.get_device_name(self.device))
         return None if peak is None else peak * self.world
-
-    def _throughput(self, window: dict) -> dict:
-        elapsed = time.monotonic() - window["start"]
-        flops_per_second = window["flops"] / elapsed
-        peak = self._peak_flops()
-        return {"target_tokens_per_second": window["target_tokens"] / elapsed,
-                "tokens_per_second": window["tokens"] / elapsed,
-                "model_tflops_per_second": flops_per_second / 1e12,
-                **({"mfu": flops_per_second / peak} if peak else {})}
 
     def _finish(self) -> dict:
         save_checkpoint({"model": self.model.state_dict(), "step": self.step, **self._identity()},
