@@ -82,6 +82,18 @@ def test_a_wrong_type_is_rejected_naming_the_key(tmp_path):
         load_experiment(path)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"precision": "fp8"},
+     r"training\.precision: Input should be 'fp32', 'bf16', 'fp16' or 'auto' \(got 'fp8'\)"),
+    ({"clip_norm": 0}, r"training\.clip_norm: Input should be greater than 0 \(got 0\)"),
+    ({"clip_norm": -5}, r"training\.clip_norm: Input should be greater than 0 \(got -5\)"),
+])
+def test_a_bad_precision_or_clip_norm_is_one_line_naming_the_key(tmp_path, change, message):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(change))
+    with pytest.raises(ConfigError, match=rf"^\S*bad\.yaml: {message}$"):
+        load_experiment(path)
+
+
 def test_a_bad_variant_override_names_the_variant(tmp_path):
     path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["A_h1"]["model"].update(hedas=2))
     with pytest.raises(ConfigError, match=r"variants\.A_h1\.model: hedas: unknown key"):
