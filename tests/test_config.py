@@ -218,6 +218,8 @@ def test_the_shipped_rnn_variants_stay_out_of_table_3_and_fill_table_2():
         experiment = load_experiment(ROOT / f"configs/{name}.yaml")
         assert experiment.tables.table2["rnn"] == "rnn" and experiment.variants["rnn"].table3_row is None
         assert experiment.variant("rnn").model.architecture == "rnn"
+        assert experiment.variant("rnn").training.clip_norm == 5  # Luong et al. 2015
+        assert experiment.variant("base").training.clip_norm is None  # the paper's Transformers
     model = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("rnn").model
     assert (model.layers, model.d_model, model.dropout) == (4, 1000, 0.2)  # Luong et al. 2015
 
@@ -229,6 +231,14 @@ def test_a_transformers_trained_settings_do_not_name_the_architecture():
     assert not any(key.startswith(("model.architecture", "model.rnn_attention")) for key in base)
     rnn = trained_settings(experiment.variant("rnn"), experiment)
     assert (rnn["model.architecture"], rnn["model.rnn_attention"]) == ("rnn", "multiplicative")
+
+
+def test_unclipped_runs_keep_the_trained_settings_they_had_before_clipping_existed():
+    """So that their fingerprints stay, and their checkpoints resume; clipping is a setting."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    assert "training.clip_norm" not in trained_settings(experiment.variant("base"), experiment)
+    assert trained_settings(experiment.variant("rnn"), experiment)["training.clip_norm"] == 5
+    assert trained_settings(experiment.variant("base"))["training.precision"] == "fp32"
 
 
 @pytest.mark.parametrize(("role", "variant", "message"), [
