@@ -26,10 +26,10 @@ precision, and Adam's own count (its bias correction) does not advance either; f
 ``num_updates`` the same way. The micro-batches of a skipped update are not trained on again
 (fairseq drops them too): an overflow in their forward pass would recur at any scale.
 
-The scale multiplies the loss the trainer back-propagates, ``loss * world / target_tokens``, so
-the scaled gradient is S times the step's mean per-token gradient on every rank, and
-DistributedDataParallel's all-reduce (during the last backward pass) sums scaled gradients. Every
-rank then holds the same sum, finds the same overflow and skips the same updates. In the fused
+The scale multiplies the loss the trainer back-propagates, ``loss * world / target_tokens``,
+and DistributedDataParallel's all-reduce (during the last backward pass) averages the scaled
+gradients: every rank then holds S times the step's mean per-token gradient, finds the same
+overflow and skips the same updates, with no communication of its own. In the fused
 projected loss (:mod:`reproduce.training.projected_loss`) S arrives as the incoming gradient,
 which its backward multiplies into ``softmax(z) - q`` in fp32 before rounding to fp16, so the
 chunks' gradients are scaled before they are rounded, as the unfused path's are.
