@@ -71,7 +71,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--log-every", type=int, default=50, help="steps per throughput window")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], help="default: the config's")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "auto"],
+                        help="default: the config's")
     parser.add_argument("--tokens-per-step", type=int, help="default: the config's 25,000 (CPUs: fewer)")
     args = parser.parse_args()
 
@@ -91,7 +92,8 @@ def main() -> None:
     device = summary["device"]
     name = "CPU" if device == "cpu" else device.replace("NVIDIA ", "").split()[0]
     print(f"device: {device}, threads: {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"size: {args.size}, precision: {variant.training.precision}, compile: {args.compile}")
+          f"size: {args.size}, precision: {summary['precision']} (training.precision: "
+          f"{variant.training.precision}), compile: {args.compile}")
     print(f"steps: {summary['steps']}, mean tokens per step: {summary['mean_source_tokens_per_step']:.0f} source, "
           f"{summary['mean_target_tokens_per_step']:.0f} target; padding {100 * summary['padding_waste']:.1f}%")
     print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")

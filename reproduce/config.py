@@ -204,9 +204,27 @@ class TrainingConfig(Strict):
     checkpoints: CheckpointConfig = CheckpointConfig()
     # Checkpoints averaged for the final model (paper: 5 base, 20 big).
     average_last: int = Field(default=5, gt=0)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # What a GPU computes the forward and backward passes in (a CPU always computes in fp32):
+    # fp32; bf16 autocast; fp16 autocast with dynamic loss scaling (fairseq's --fp16, for GPUs
+    # without bf16 units such as the paper's P100s or V100s); auto = bf16 where the GPU has bf16
+    # units, fp16 elsewhere. See reproduce/training/precision.py.
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
+    # Rescale a step's gradient to this L2 norm where it is larger; None = never (the paper's
+    # Transformers; Luong et al. 2015 clip their LSTMs at 5, for a loss summed over each
+    # sentence's tokens: our per-token mean has smaller gradients, which 5 clips more rarely).
+    clip_norm: float | None = Field(default=None, gt=0)
     # Compile the model's forward and backward with torch.compile (worth it on GPUs).
     compile: bool = False
+
+    @model_serializer(mode="wrap")
+    def _unclipped_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """Without clipping the settings leave out ``clip_norm``, so that the
+        :func:`trained_settings` and fingerprint of an unclipped run are those it had before
+        clipping existed and its checkpoints still resume."""
+        dumped = handler(self)
+        if self.clip_norm is None:
+            dumped.pop("clip_norm")
+        return dumped
 
     @model_validator(mode="after")
     def _micro_batches_fit_a_device(self) -> "TrainingConfig":

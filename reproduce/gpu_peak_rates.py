@@ -7,7 +7,9 @@ its P100s. We multiply by the rate of the GPU that actually ran (``torch.cuda.ge
 recorded in ``train/summary.json``), at the precision it trained in:
 
 * ``fp32``: the plain FP32 (non-tensor-core) peak; PyTorch leaves TF32 matmuls off by default;
-* ``bf16``: the dense BF16 tensor-core peak (without 2:4 sparsity).
+* ``bf16``: the dense BF16 tensor-core peak (without 2:4 sparsity);
+* ``fp16``: the dense FP16 tensor-core peak (the V100's, which has no BF16 units; from the A100
+  on, the same as BF16's). The P100 has no tensor cores, and no fp16 entry here.
 
 Figures are NVIDIA's datasheet peaks (SXM parts unless the device name says PCIe); the P100 keeps
 the paper's 9.5e12. A GPU or precision not listed here gets no estimate ("—" in the table).
@@ -28,14 +30,14 @@ class PeakRate(NamedTuple):
 # more specific names come first. V100 and P100 have no BF16 units: no bf16 entry.
 _PEAK_RATES: list[tuple[str, str, dict[str, float]]] = [
     ("P100", "P100 (the paper's figure)", {"fp32": 9.5e12}),
-    ("V100-PCIE", "V100 PCIe", {"fp32": 14.0e12}),
-    ("V100", "V100 SXM2", {"fp32": 15.7e12}),
-    ("A100", "A100", {"fp32": 19.5e12, "bf16": 312e12}),
-    ("H100 PCIe", "H100 PCIe", {"fp32": 51e12, "bf16": 756e12}),
-    ("H100 NVL", "H100 NVL", {"fp32": 60e12, "bf16": 835e12}),
-    ("H100", "H100 SXM", {"fp32": 67e12, "bf16": 989e12}),
-    ("H200 NVL", "H200 NVL", {"fp32": 60e12, "bf16": 835e12}),
-    ("H200", "H200 SXM", {"fp32": 67e12, "bf16": 989e12}),
+    ("V100-PCIE", "V100 PCIe", {"fp32": 14.0e12, "fp16": 112e12}),
+    ("V100", "V100 SXM2", {"fp32": 15.7e12, "fp16": 125e12}),
+    ("A100", "A100", {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12}),
+    ("H100 PCIe", "H100 PCIe", {"fp32": 51e12, "bf16": 756e12, "fp16": 756e12}),
+    ("H100 NVL", "H100 NVL", {"fp32": 60e12, "bf16": 835e12, "fp16": 835e12}),
+    ("H100", "H100 SXM", {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12}),
+    ("H200 NVL", "H200 NVL", {"fp32": 60e12, "bf16": 835e12, "fp16": 835e12}),
+    ("H200", "H200 SXM", {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12}),
 ]
 
 

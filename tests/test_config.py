@@ -82,6 +82,18 @@ def test_a_wrong_type_is_rejected_naming_the_key(tmp_path):
         load_experiment(path)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"precision": "fp8"},
+     r"training\.precision: Input should be 'fp32', 'bf16', 'fp16' or 'auto' \(got 'fp8'\)"),
+    ({"clip_norm": 0}, r"training\.clip_norm: Input should be greater than 0 \(got 0\)"),
+    ({"clip_norm": -5}, r"training\.clip_norm: Input should be greater than 0 \(got -5\)"),
+])
+def test_a_bad_precision_or_clip_norm_is_one_line_naming_the_key(tmp_path, change, message):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(change))
+    with pytest.raises(ConfigError, match=rf"^\S*bad\.yaml: {message}$"):
+        load_experiment(path)
+
+
 def test_a_bad_variant_override_names_the_variant(tmp_path):
     path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["A_h1"]["model"].update(hedas=2))
     with pytest.raises(ConfigError, match=r"variants\.A_h1\.model: hedas: unknown key"):
@@ -206,6 +218,8 @@ def test_the_shipped_rnn_variants_stay_out_of_table_3_and_fill_table_2():
         experiment = load_experiment(ROOT / f"configs/{name}.yaml")
         assert experiment.tables.table2["rnn"] == "rnn" and experiment.variants["rnn"].table3_row is None
         assert experiment.variant("rnn").model.architecture == "rnn"
+        assert experiment.variant("rnn").training.clip_norm == 5  # Luong et al. 2015
+        assert experiment.variant("base").training.clip_norm is None  # the paper's Transformers
     model = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("rnn").model
     assert (model.layers, model.d_model, model.dropout) == (4, 1000, 0.2)  # Luong et al. 2015
 
@@ -217,6 +231,14 @@ def test_a_transformers_trained_settings_do_not_name_the_architecture():
     assert not any(key.startswith(("model.architecture", "model.rnn_attention")) for key in base)
     rnn = trained_settings(experiment.variant("rnn"), experiment)
     assert (rnn["model.architecture"], rnn["model.rnn_attention"]) == ("rnn", "multiplicative")
+
+
+def test_unclipped_runs_keep_the_trained_settings_they_had_before_clipping_existed():
+    """So that their fingerprints stay, and their checkpoints resume; clipping is a setting."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    assert "training.clip_norm" not in trained_settings(experiment.variant("base"), experiment)
+    assert trained_settings(experiment.variant("rnn"), experiment)["training.clip_norm"] == 5
+    assert trained_settings(experiment.variant("base"))["training.precision"] == "fp32"
 
 
 @pytest.mark.parametrize(("role", "variant", "message"), [

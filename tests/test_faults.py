@@ -284,6 +284,8 @@ def _copy(folder: Path, into: Path) -> Path:
 @pytest.mark.parametrize("changes, named", [
     ({"dropout": 0.2, "warmup_steps": 20}, r"model.dropout: 0.1 -> 0.2; training.warmup_steps: 10 -> 20"),
     ({"tokens_per_step": 240}, r"training.tokens_per_step: 300 -> 240"),
+    ({"precision": "fp16"}, r"training.precision: 'fp32' -> 'fp16'"),  # no two arithmetics in a run
+    ({"clip_norm": 1.0}, r"training.clip_norm: '\(absent\)' -> 1.0"),
     ({"steps": 6}, r"already at step 9, beyond training.steps = 6; only raising steps continues a run"),
 ])
 def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps, tmp_path, changes, named):

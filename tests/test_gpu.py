@@ -1,4 +1,5 @@
-"""CUDA: resume, bf16, torch.compile, incremental decoding and data parallelism on a GPU.
+"""CUDA: resume, bf16, fp16 with loss scaling, torch.compile, incremental decoding and data
+parallelism on a GPU.
 
 Skipped without one (tests/conftest.py); run on a GPU machine with ``pytest -m gpu``. The
 trainer picks the GPU by itself (reproduce.training.distributed.device), so these runs are the
@@ -13,6 +14,7 @@ import torch
 from reproduce.config import load_experiment
 from reproduce.model.transformer import DecoderCache
 from reproduce.special_tokens import BOS, PAD
+from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import Trainer
 from tests.test_model import random_tokens, tiny_model
@@ -55,6 +57,49 @@ def test_bf16_training_follows_fp32(corpora, tmp_path):
         losses[precision] = summary["final_train_loss"]
         assert summary["device"] != "cpu"
     assert abs(losses["bf16"] - losses["fp32"]) / losses["fp32"] < 0.05
+
+
+def test_fp16_training_with_loss_scaling_follows_fp32(corpora, tmp_path):
+    losses = {}
+    for precision in ("fp32", "fp16"):
+        variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision)
+        summary = Trainer(variant, "t", *corpora, tmp_path / precision).run()
+        losses[precision] = summary["final_train_loss"]
+        assert summary["precision"] == precision and summary["device"] != "cpu"
+    assert abs(losses["fp16"] - losses["fp32"]) / losses["fp32"] < 0.05
+
+
+def _fp16_trainer_overflowing_at_first(variant, corpora, folder) -> Trainer:
+    trainer = Trainer(variant, "t", *corpora, folder)
+    update = trainer.optimizer_update
+    update.load_state_dict(update.state_dict() | {"scale": 2.0**30})
+    return trainer
+
+
+def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
+    """On the GPU Adam is fused: the scaler hands it the overflow flag, and the kernel itself
+    skips the update and leaves Adam's step count as it was."""
+    variant = small_variant(steps=12, dropout=0.1, precision="fp16")
+    _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "straight").run()
+    _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "resumed").run(
+        stop_after_steps=6)
+    resumed = Trainer(variant, "t", *corpora, tmp_path / "resumed")
+    assert resumed.precision == "fp16" and resumed.optimizer_update.loss_scale < 2.0**30
+    resumed.run()
+    a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    straight, again = (load_checkpoint(tmp_path / run / "checkpoints/step_00000012.pt")
+                       for run in ("straight", "resumed"))
+    assert straight["loss_scaler"] == again["loss_scaler"]
+    assert straight["totals"]["skipped_steps"] == again["totals"]["skipped_steps"] > 0
+    assert all(state["step"].item() == 12 for state in straight["optimizer"]["state"].values())
+
+
+def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, tmp_path):
+    expected = "bf16" if torch.cuda.get_device_capability()[0] >= 8 else "fp16"  # Ampere on
+    summary = Trainer(small_variant(steps=2, dropout=0.0, precision="auto"), "t", *corpora,
+                      tmp_path).run()
+    assert summary["precision"] == expected
 
 
 def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):

@@ -303,6 +303,10 @@ def test_every_table3_variant_of_the_wmt14_en_de_config_matches_its_paper_row():
     ("Tesla V100-SXM2-32GB", "fp32", 15.7e12),
     ("Tesla V100-PCIE-16GB", "fp32", 14.0e12),
     ("Tesla V100-SXM2-32GB", "bf16", None),  # no BF16 units
+    ("Tesla V100-SXM2-32GB", "fp16", 125e12),  # ...but FP16 tensor cores
+    ("Tesla V100-PCIE-16GB", "fp16", 112e12),
+    ("Tesla P100-PCIE-16GB", "fp16", None),  # no tensor cores
+    ("NVIDIA A100-SXM4-80GB", "fp16", 312e12),
     ("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
     ("NVIDIA H100 80GB HBM3", "bf16", 989e12),
     ("NVIDIA H100 PCIe", "fp32", 51e12),
@@ -315,7 +319,7 @@ def test_peak_rate_of_the_gpu_that_ran(device, precision, expected):
     assert (rate.flops_per_second if rate else None) == expected
 
 
-def _cost_row(tmp_path, device, precision="fp32", rate_override=None) -> pd.Series:
+def _cost_row(tmp_path, device, precision="fp32", rate_override=None, ran_in=None) -> pd.Series:
     experiment = make_experiment()
     tables = experiment.tables.model_dump() | {"gpu_flops_per_second": rate_override}
     base = experiment.model_dump() | {"tables": tables}
@@ -323,7 +327,7 @@ def _cost_row(tmp_path, device, precision="fp32", rate_override=None) -> pd.Seri
     experiment = Experiment.model_validate(base)
     write_json(tmp_path / "results/toy/base/train/summary.json", {
         "parameters": 10, "source_tokens": 1, "target_tokens": 1, "gpu_hours": 3.0,
-        "world_size": 1, "device": device})
+        "world_size": 1, "device": device, **({"precision": ran_in} if ran_in else {})})
     return build_table2(experiment, tmp_path / "results").set_index("model").loc[
         "Transformer (base model)"]
 
@@ -332,6 +336,13 @@ def test_table2_rate_follows_the_precision_trained_in(tmp_path):
     row = _cost_row(tmp_path, "NVIDIA H100 80GB HBM3", precision="bf16")
     assert row["rate basis"] == "H100 SXM, bf16 peak"
     assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(3.0 * 3600 * 989e12)
+
+
+def test_table2_rate_follows_the_precision_the_run_recorded(tmp_path):
+    """``auto`` is resolved by the GPU that ran: its summary says what it computed in."""
+    row = _cost_row(tmp_path, "Tesla V100-SXM2-32GB", precision="auto", ran_in="fp16")
+    assert row["rate basis"] == "V100 SXM2, fp16 peak"
+    assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(3.0 * 3600 * 125e12)
 
 
 def test_table2_unknown_gpu_gets_no_paper_style_estimate(tmp_path):

@@ -42,14 +42,17 @@ def paper_style_flops(gpu_hours: float | None,
     return gpu_hours * 3600 * gpu_flops_per_second
 
 
-def _rate(experiment: Experiment, variant: str, device: str | None,
-          gpu_hours: float | None) -> tuple[str | None, float | None]:
+def _rate(experiment: Experiment, variant: str,
+          results: VariantResults) -> tuple[str | None, float | None]:
     """What the paper-style estimate multiplies by, and how it was chosen."""
+    device, gpu_hours = results.trained("device"), results.trained("gpu_hours")
     if not gpu_hours:
         return None, None
     if experiment.tables.gpu_flops_per_second is not None:
         return "tables.gpu_flops_per_second", experiment.tables.gpu_flops_per_second
-    precision = experiment.variant(variant).training.precision
+    # What the run computed in (training.precision resolved on its GPU; summaries written
+    # before the record: the configured precision, then never auto).
+    precision = results.trained("precision") or experiment.variant(variant).training.precision
     known = peak_rate(device, precision)
     if known is None:
         return f"unknown: {device}, {precision}", None
@@ -65,10 +68,10 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
     ours = results.test("tokenized_bleu")
     gpu_hours = results.trained("gpu_hours")
     status = f"ours: {variant}" if results.scores is not None else f"{results.status} ({variant})"
-    device = gpu = results.trained("device")
+    device = results.trained("device")
     if device is not None and results.trained("world_size"):
         device = f"{results.trained('world_size')} x {device}"
-    rate_basis, rate = _rate(experiment, variant, gpu, gpu_hours)
+    rate_basis, rate = _rate(experiment, variant, results)
     return {
         "status": status,
         "device": device,

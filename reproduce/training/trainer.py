@@ -16,6 +16,13 @@ and only if that checkpoint was trained with the same settings
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, Slurm's pre-timeout signal, the
 parent's death) ends the run after the current step, with a checkpoint of that step.
+
+``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
+fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
+checkpoints record with the loss scaler's state, so that a resumed fp16 run goes on exactly. An
+fp16 update that overflows is skipped and not counted as a step. ``training.clip_norm`` clips
+the true (unscaled) gradient of a step. Every ``log_every_steps`` steps the log says how far the
+run is, how fast and how long it has left (:mod:`reproduce.training.progress`).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -45,6 +52,9 @@ from reproduce.training.checkpoints import (CheckpointSchedule, check_room, late
                                             save_checkpoint)
 from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
+from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, can_compute_in,
+                                          has_bf16_units, resolve_precision)
+from reproduce.training.progress import ThroughputWindow, progress_line
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.schedule import learning_rate
 from reproduce.training.teacher_forcing import TeacherForcedStates
@@ -60,6 +70,18 @@ RESTART_HINT = ("to start over, run `reproduce train` again with --restart, whic
 
 class SettingsMismatchError(ValueError):
     """A checkpoint was trained with other settings than the variant now has."""
+
+
+class StepOutcome(NamedTuple):
+    """What one attempted optimizer step did (``applied`` is False for a skipped fp16 update)."""
+
+    applied: bool
+    loss: float  # mean per target token
+    source_tokens: int
+    target_tokens: int
+    flops: int
+    padded_positions: int
+    grad_norm: torch.Tensor | None  # of the true gradient before clipping, where computed
 
 
 def _seed_step(seed: int, rank: int, step: int) -> None:
@@ -92,6 +114,8 @@ class Trainer:
                 f"training.micro_batches_per_step ({t.micro_batches_per_step}) is not a multiple of "
                 f"the number of ranks ({self.world}): every rank must get the same share of a step"
             )
+        checkpoint = self._checkpoint_to_resume()
+        self.precision = self._choose_precision(checkpoint)
         torch.manual_seed(t.seed)  # identical initial weights on every rank
         self.model = build_model(self.config, self.vocab_size).to(self.device)
         self.flops = model_flops(self.config, self.vocab_size)
@@ -106,22 +130,31 @@ class Trainer:
         self.parameters = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.parameters, lr=0.0, betas=(t.adam_beta1, t.adam_beta2),
                                           eps=t.adam_eps, fused=self.device.type == "cuda")
+        self.optimizer_update = OptimizerUpdate(self.optimizer, self.device.type,
+                                                loss_scaling=self.precision == "fp16",
+                                                clip_norm=t.clip_norm)
         self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step, t.micro_batches_per_step,
                                        t.max_tokens_per_device, t.max_source_tokens, t.seed, t.pad_to_multiple)
         self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
                                            t.checkpoints.every_minutes, t.checkpoints.keep_last)
         self.step = 0
         self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0, "training_flops": 0,
-                       "padded_positions": 0}
+                       "padded_positions": 0, "skipped_steps": 0}
         self.last_train_loss = float("nan")
         self.last_dev_loss = float("nan")
-        self._resume()
+        if checkpoint is not None:
+            self._resume(*checkpoint)
+        if self.rank == 0:
+            log.info("training in %s (training.precision: %s) on %s", self.precision, t.precision,
+                     self._device_name())
 
     # -- state ----------------------------------------------------------------------------------
     def state(self) -> dict:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "precision": self.precision,
+            "loss_scaler": self.optimizer_update.state_dict(),
             "step": self.step,
             "stream_position": vars(self.stream.position).copy(),
             "totals": dict(self.totals),
@@ -135,19 +168,52 @@ class Trainer:
         return {"model_config": self.config.model_dump(mode="json"), "vocab_size": self.vocab_size,
                 "settings": self.settings, "fingerprint": fingerprint(self.settings)}
 
-    def _resume(self) -> None:
+    def _checkpoint_to_resume(self) -> tuple[Path, dict] | None:
+        """The newest good checkpoint, checked to be of this run's settings; None: start afresh."""
         found = latest_good_checkpoint(self.checkpoint_dir)
-        if found is None:
-            return
-        path, state = found
-        self._check_resumable(path, state)
+        if found is not None:
+            self._check_resumable(*found)
+        return found
+
+    def _choose_precision(self, checkpoint: tuple[Path, dict] | None) -> str:
+        """``training.precision`` resolved for this device; a resumed run keeps the precision it
+        started in (one that predates the record: as resolved now). ``auto`` resolves by the
+        GPU, which a requeued job may find changed: a run that started in fp16 goes on in fp16
+        on a bf16-capable GPU, one that started in bf16 is refused on a GPU without bf16 units
+        rather than continued in fp16; so is a GPU run resumed on a CPU."""
+        bf16_units = has_bf16_units(self.device)
+        fresh = resolve_precision(self.training.precision, self.device.type, bf16_units)
+        if fresh == "bf16" and not bf16_units and self.rank == 0:
+            log.warning("training.precision: bf16 on %s, which has no bf16 units: torch emulates "
+                        "it, slowly (auto would train in fp16)", self._device_name())
+        started_in = None if checkpoint is None else checkpoint[1].get("precision")
+        if started_in is None or started_in == fresh:
+            return fresh
+        path = checkpoint[0]
+        if not can_compute_in(started_in, self.device.type, bf16_units):
+            raise SettingsMismatchError(
+                f"{path}: the run trains in {started_in} (training.precision: "
+                f"{self.training.precision}) and {self._device_name()} cannot; resume it where "
+                f"it can, so that one run does not mix two arithmetics, or "
+                f"{RESTART_HINT.format(folder=self.output_dir)}")
+        if self.rank == 0:
+            log.warning("%s: the run goes on in %s, the precision it started in (training."
+                        "precision: %s would pick %s here)", path, started_in,
+                        self.training.precision, fresh)
+        return started_in
+
+    def _device_name(self) -> str:
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+
+    def _resume(self, path: Path, state: dict) -> None:
         # Loaded on the CPU (the RNG states must stay CPU tensors); parameters and optimizer
         # moments are copied onto the model's device by load_state_dict.
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer_update.load_state_dict(state.get("loss_scaler", {}))
         self.step = state["step"]
         self.stream.seek(StreamPosition(**state["stream_position"]))
-        self.totals = state["totals"]
+        self.totals = self.totals | state["totals"]  # counters added since start at 0
         self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
         _restore_rng_states(state["rng"])
         if self.rank == 0:
@@ -199,16 +265,21 @@ class Trainer:
         target = self.train_corpus.target_lengths[indices] + 1
         return int(source.sum()), int(target.sum()), self.flops.training(source, target)
 
-    def _train_step(self) -> tuple[float, int, int, int, int]:
-        """One optimizer step; returns its mean loss, tokens per side, FLOPs and padded positions."""
+    def _logs_at(self, step: int) -> bool:
+        return step % self.training.log_every_steps == 0 or step == self.training.steps
+
+    def _train_step(self) -> StepOutcome:
+        """One optimizer step on the stream's next micro-batches (skipped on an fp16 overflow:
+        then ``self.step`` stays, and the next attempt takes the next micro-batches)."""
         t = self.training
         group = self.stream.next_step()
         source_tokens, target_tokens, flops = self._step_sizes(group)
-        _seed_step(t.seed, self.rank, self.step + 1)
+        attempted = self.step + 1
+        _seed_step(t.seed, self.rank, attempted)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
         totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, padded positions
-        autocast = t.precision == "bf16" and self.device.type == "cuda"
+        dtype = autocast_dtype(self.precision)
         pin = self.device.type == "cuda"
         passes = device_passes(group[self.rank :: self.world], self.train_corpus,
                                t.max_tokens_per_device, t.pad_to_multiple)
@@ -219,21 +290,23 @@ class Trainer:
             totals[1] += batch.source.numel() + batch.target_output.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during the last backward
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
                     states = self.forward(batch.source, batch.target_input, batch.source_index,
                                           batch.target_index)  # [N, d] at the target tokens
                     loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
                                                             batch.target_tokens(), self.config.label_smoothing)
-                (loss * (self.world / target_tokens)).backward()
+                self.optimizer_update.backward(loss * (self.world / target_tokens))  # x S in fp16
             totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
         distributed.all_reduce_sum(totals)
-        self.step += 1
-        lr = learning_rate(self.step, self.config.d_model, t.warmup_steps, t.lr_scale)
+        lr = learning_rate(attempted, self.config.d_model, t.warmup_steps, t.lr_scale)  # eq. 3
         for group_settings in self.optimizer.param_groups:
             group_settings["lr"] = lr
-        self.optimizer.step()
+        applied, grad_norm = self.optimizer_update.apply(measure_norm=self._logs_at(attempted))
+        if applied:
+            self.step = attempted
         loss_total, padded = totals.tolist()
-        return loss_total / target_tokens, source_tokens, target_tokens, flops, int(padded)
+        return StepOutcome(applied, loss_total / target_tokens, source_tokens, target_tokens, flops,
+                           int(padded), grad_norm)
 
     def _evaluate(self) -> None:
         total, tokens = corpus_negative_log_likelihood(
@@ -264,31 +337,23 @@ class Trainer:
         if self.rank == 0:  # the run keeps keep_last checkpoints, writes one more, and final.pt
             check_room(self.checkpoint_dir, self.checkpoint_bytes(), t.checkpoints.keep_last + 2)
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
+        # tqdm's rate and ETA count the steps since ``initial``: those of this segment alone.
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
                         disable=self.rank != 0 or not sys.stderr.isatty())
-        window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
+        window = ThroughputWindow()
         while self.step < last_step:
             started = time.monotonic()
-            loss, source_tokens, target_tokens, flops, padded = self._train_step()
+            outcome = self._train_step()
             self.totals["wall_seconds"] += time.monotonic() - started
-            self.totals["source_tokens"] += source_tokens
-            self.totals["target_tokens"] += target_tokens
-            self.totals["training_flops"] += flops
-            self.totals["padded_positions"] += padded
-            self.last_train_loss = loss
-            window["target_tokens"] += target_tokens
-            window["tokens"] += source_tokens + target_tokens
-            window["flops"] += flops
+            if not outcome.applied:
+                self._skipped()
+                continue
+            self._count(outcome)
+            window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
             progress.update(1)
-            if self.step % t.log_every_steps == 0 or self.step == t.steps:
-                metrics = {"train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-                           **self._throughput(window)}
-                self._record(metrics)
-                progress.set_postfix(loss=f"{loss:.3f}")
-                if progress.disable and self.rank == 0:
-                    log.info("step %d/%d loss %.4f lr %.3g target tokens/s %.0f", self.step, t.steps, loss,
-                             metrics["lr"], metrics["target_tokens_per_second"])
-                window = {"start": time.monotonic(), "target_tokens": 0, "tokens": 0, "flops": 0}
+            if self._logs_at(self.step):
+                self._log_progress(outcome, window, progress)
+                window = ThroughputWindow()
             if self.step % t.eval_every_steps == 0 or self.step == t.steps:
                 self._evaluate()
                 if self.rank == 0:
@@ -305,21 +370,39 @@ class Trainer:
             return None
         return self._finish()
 
+    def _skipped(self) -> None:
+        self.totals["skipped_steps"] += 1
+        if self.rank == 0:
+            log.info("step %d: the fp16 gradient overflowed, update skipped; loss scale now %g",
+                     self.step + 1, self.optimizer_update.loss_scale)
+
+    def _count(self, outcome: StepOutcome) -> None:
+        """Add an applied step to the run's totals (a skipped one adds only its time)."""
+        self.totals["source_tokens"] += outcome.source_tokens
+        self.totals["target_tokens"] += outcome.target_tokens
+        self.totals["training_flops"] += outcome.flops
+        self.totals["padded_positions"] += outcome.padded_positions
+        self.last_train_loss = outcome.loss
+
+    def _log_progress(self, outcome: StepOutcome, window: ThroughputWindow, progress: tqdm) -> None:
+        """Record the step's metrics; log a progress line where no progress bar shows."""
+        rates = window.rates(self._peak_flops())
+        metrics = {"train_loss": outcome.loss, "lr": self.optimizer.param_groups[0]["lr"],
+                   "grad_norm": outcome.grad_norm.item(), **rates}
+        if self.precision == "fp16":
+            metrics["loss_scale"] = self.optimizer_update.loss_scale
+        self._record(metrics)
+        progress.set_postfix(loss=f"{outcome.loss:.3f}")
+        if progress.disable and self.rank == 0:
+            log.info(progress_line(self.step, self.training.steps, outcome.loss, metrics["lr"],
+                                   rates, self.totals["wall_seconds"]))
+
     def _peak_flops(self) -> float | None:
         """The peak FLOP/s of all ranks together, where the device is a known GPU."""
         if self.device.type != "cuda":
             return None
         peak = peak_flops(torch.cuda.get_device_name(self.device))
         return None if peak is None else peak * self.world
-
-    def _throughput(self, window: dict) -> dict:
-        elapsed = time.monotonic() - window["start"]
-        flops_per_second = window["flops"] / elapsed
-        peak = self._peak_flops()
-        return {"target_tokens_per_second": window["target_tokens"] / elapsed,
-                "tokens_per_second": window["tokens"] / elapsed,
-                "model_tflops_per_second": flops_per_second / 1e12,
-                **({"mfu": flops_per_second / peak} if peak else {})}
 
     def _finish(self) -> dict:
         save_checkpoint({"model": self.model.state_dict(), "step": self.step, **self._identity()},
@@ -342,7 +425,9 @@ class Trainer:
             # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown GPUs.
             "mfu": totals["training_flops"] / seconds / peak if peak else None,
             "world_size": self.world,
-            "device": torch.cuda.get_device_name(self.device) if on_gpu else "cpu",
+            "device": self._device_name(),
+            # What the passes computed in (training.precision resolved on this device).
+            "precision": self.precision,
             "gpu_hours": self.world * totals["wall_seconds"] / 3600 if on_gpu else 0.0,
             "final_train_loss": self.last_train_loss,
             "final_dev_loss": self.last_dev_loss,

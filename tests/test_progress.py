@@ -1,0 +1,77 @@
+"""Progress in the training log: durations a person reads, elapsed time over a run's segments,
+and an ETA from the last window's rate."""
+
+import logging
+import math
+import re
+
+import pytest
+
+from reproduce.training.checkpoints import latest_good_checkpoint, save_checkpoint
+from reproduce.training.progress import format_duration, progress_line
+from reproduce.training.trainer import Trainer
+from tests.training_fixtures import random_corpus, small_variant
+
+LINE = re.compile(r"step (\d+)/(\d+) loss \d+\.\d{4} lr \S+ target tokens/s \d+ steps/s \S+ "
+                  r"elapsed ((?:\d+d )?\d\d:\d\d:\d\d) ETA ((?:\d+d )?\d\d:\d\d:\d\d)$")
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [
+    (0, "00:00:00"),
+    (59.4, "00:00:59"),
+    (59.5, "00:01:00"),
+    (3661, "01:01:01"),
+    (86399.4, "23:59:59"),
+    (86399.6, "1d 00:00:00"),
+    (93185, "1d 01:53:05"),
+    (11 * 86400 + 7, "11d 00:00:07"),
+    (math.inf, "?"),
+    (math.nan, "?"),
+])
+def test_durations_read_as_days_and_a_clock(seconds, expected):
+    assert format_duration(seconds) == expected
+
+
+def test_the_eta_follows_the_windows_rate_not_the_elapsed_time():
+    rates = {"target_tokens_per_second": 1234.4, "steps_per_second": 2.0}
+    line = progress_line(step=100, total_steps=400, loss=3.21456, lr=7e-4, rates=rates,
+                         elapsed_seconds=93185)
+    assert line == ("step 100/400 loss 3.2146 lr 0.0007 target tokens/s 1234 steps/s 2 "
+                    "elapsed 1d 01:53:05 ETA 00:02:30")
+    assert progress_line(400, 400, 3.0, 1e-4, rates, 10).endswith("ETA 00:00:00")
+    stalled = rates | {"steps_per_second": 0.0}
+    assert progress_line(1, 400, 3.0, 1e-4, stalled, 10).endswith("ETA ?")
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpora")
+    return random_corpus(folder / "train", 200, seed=5), random_corpus(folder / "dev", 20, seed=6)
+
+
+def _progress_lines(caplog) -> list[re.Match]:
+    messages = [record.getMessage() for record in caplog.records]
+    return [match for message in messages if (match := LINE.match(message))]
+
+
+def test_the_training_log_says_elapsed_steps_per_second_and_eta(corpora, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="reproduce.training.trainer")
+    Trainer(small_variant(steps=4, dropout=0.0), "t", *corpora, tmp_path).run()  # logs every 2
+    assert [(match[1], match[2]) for match in _progress_lines(caplog)] == [("2", "4"), ("4", "4")]
+    assert _progress_lines(caplog)[-1][4] == "00:00:00"  # nothing left at the last step
+
+
+def test_elapsed_counts_the_segments_before_a_resume(corpora, tmp_path, caplog):
+    """A run interrupted after 30 days of training (its checkpoint says so) goes on counting
+    from there; the ETA comes from this segment's rate alone (the run's mean rate would give
+    15 days for the 2 steps left after step 4)."""
+    variant = small_variant(steps=6, dropout=0.0)
+    Trainer(variant, "t", *corpora, tmp_path).run(stop_after_steps=3)
+    path, state = latest_good_checkpoint(tmp_path / "checkpoints")
+    state["totals"]["wall_seconds"] = 30 * 86400.0
+    save_checkpoint(state, path)
+    caplog.set_level(logging.INFO, logger="reproduce.training.trainer")
+    Trainer(variant, "t", *corpora, tmp_path).run()
+    (first, *_) = _progress_lines(caplog)
+    assert first[1] == "4" and first[3].startswith("30d 00:")
+    assert "d" not in first[4]
