@@ -172,6 +172,7 @@ def test_a_training_run_is_finished_with_its_curves_and_no_value_twice(trained):
     assert not set(run.data.params) & set(run.data.metrics)  # no value as both param and metric
     assert run.data.params["parameters"] == str(summary["parameters"])
     assert run.data.params["world_size"] == "1" and run.data.params["training.steps"] == "6"
+    assert run.data.params["precision"] == summary["precision"] == "fp32"  # what ran, on a CPU
     assert run.data.metrics["final_dev_loss"] == pytest.approx(summary["final_dev_loss"])
     recorded = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
     history = client.get_metric_history(run.info.run_id, "train_loss")

@@ -49,7 +49,7 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 RETRY_AFTER_SECONDS = 30.0
 # The summary's values that describe the run rather than its results (``steps`` is already the
 # param ``training.steps``): logged as params, never also as metrics.
-SUMMARY_PARAMS = ("parameters", "world_size", "device")
+SUMMARY_PARAMS = ("parameters", "world_size", "device", "precision")
 _NOT_METRICS = (*SUMMARY_PARAMS, "steps")
 _BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
