@@ -1,0 +1,100 @@
+"""Input that used to pass silently or fail vaguely: duplicate YAML keys, booleans and strings
+where numbers belong, out-of-range seeds, a non-UTF-8 experiment file, a byte order mark at the
+start of a corpus, and JSON files that are not JSON. Each error is one line naming the file and
+the key (or line)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reproduce.config import ConfigError, load_experiment, read_yaml
+from tests.test_bad_input import assert_one_line_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = (ROOT / "configs/tiny.yaml").read_text()
+
+
+def _line_of(text: str, line: str) -> int:
+    """The 1-based number of the only line of ``text`` equal to ``line``."""
+    numbers = [number for number, held in enumerate(text.splitlines(), start=1) if held == line]
+    assert len(numbers) == 1, line
+    return numbers[0]
+
+
+def _tiny_with(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+def _tiny_edited(tmp_path: Path, section: str, key: str, value: object) -> Path:
+    raw = yaml.safe_load(TINY)
+    node = raw
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = value
+    return _tiny_with(tmp_path, yaml.safe_dump(raw))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading an experiment file: duplicate keys, YAML syntax, encoding
+# --------------------------------------------------------------------------------------------
+def test_a_top_level_key_given_twice_names_the_file_the_key_and_both_lines(tmp_path):
+    text = TINY + "name: other\n"
+    first, second = _line_of(text, "name: tiny"), len(text.splitlines())
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(_tiny_with(tmp_path, text))
+    assert re.fullmatch(rf"\S*bad\.yaml line {second} column 1: not valid YAML: .*key 'name' "
+                        rf"given twice, at lines {first} and {second}.*", str(raised.value))
+
+
+def test_a_nested_key_given_twice_is_refused_too(tmp_path):
+    text = TINY.replace("  dropout: 0.1\n", "  dropout: 0.1\n  dropout: 0.3\n")
+    first = _line_of(text, "  dropout: 0.1")
+    with pytest.raises(ConfigError, match=rf"key 'dropout' given twice, at lines {first} and "
+                                          rf"{first + 1}"):
+        load_experiment(_tiny_with(tmp_path, text))
+
+
+def test_a_key_merged_in_by_an_anchor_may_still_be_overridden(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("base: &base {dropout: 0.1, heads: 8}\nbig:\n  <<: *base\n  dropout: 0.3\n")
+    assert read_yaml(path)["big"] == {"dropout": 0.3, "heads": 8}
+
+
+def test_invalid_yaml_is_one_line_naming_the_file_and_the_line(tmp_path):
+    text = TINY.replace("  heads: 4\n", "  heads: [4\n")
+    line = _line_of(text, "  heads: [4")
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(_tiny_with(tmp_path, text))
+    message = str(raised.value)
+    assert "\n" not in message and re.match(rf"\S*bad\.yaml line \d+ column \d+: not valid YAML",
+                                            message), message
+    assert int(re.search(r"line (\d+)", message)[1]) > line
+
+
+def test_an_exponent_without_a_dot_is_a_float(tmp_path):
+    experiment = load_experiment(_tiny_with(tmp_path, TINY.replace(
+        "  warmup_steps: 150\n", "  warmup_steps: 150\n  adam_eps: 1e-9\n")))
+    assert experiment.training.adam_eps == 1e-9
+
+
+def test_a_non_utf8_experiment_file_names_the_file_and_the_line(tmp_path):
+    described = "    description: the tiny analogue of the base model"
+    text, line = TINY.replace(described, described + " \udcff"), _line_of(TINY, described)
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError, match=rf"^\S*bad\.yaml line {line}: not UTF-8 \(bytes ff\)"):
+        load_experiment(path)
+
+
+def test_a_non_utf8_experiment_file_is_one_line_on_the_command_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"name: tiny\nsource_lang: \xe9\n")
+    result = run_cli("prepare", "--experiment", path, "--split", "dev", "--downloads", tmp_path,
+                     "--out-dir", tmp_path / "out", cwd=tmp_path)
+    assert_one_line_error(result, "prepare", "bad.yaml line 2: not UTF-8")
