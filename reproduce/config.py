@@ -424,7 +424,7 @@ class Experiment(Strict):
         ):
             merged = _deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
             try:
-                sections[section] = schema.model_validate(merged)
+                sections[section] = schema.model_validate(merged, strict=True)
             except ValidationError as error:
                 raise ValueError(
                     f"variants.{name}.{section}: {describe_validation_error(error, prefix='')}"
@@ -584,12 +584,19 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; errors name the file and the offending key."""
+    """Read and validate an experiment file; errors name the file and the offending key.
+
+    Validation is strict (pydantic's strict mode): a YAML ``true`` or a quoted ``"6"`` where a
+    number belongs is refused rather than read as 1 or 6; a float field still takes an integer.
+    Strictness is asked for here, where file content enters, rather than on :class:`Strict`:
+    :class:`~reproduce.training.slurm_request.SlurmRequest` shares that base and parses
+    ``name=value`` strings, which must stay convertible.
+    """
     path = Path(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of keys at the top level")
     try:
-        return Experiment.model_validate(raw)
+        return Experiment.model_validate(raw, strict=True)
     except ValidationError as error:
         raise ConfigError(f"{path}: {describe_validation_error(error, prefix='')}") from None

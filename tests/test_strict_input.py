@@ -98,3 +98,40 @@ def test_a_non_utf8_experiment_file_is_one_line_on_the_command_line(tmp_path):
     result = run_cli("prepare", "--experiment", path, "--split", "dev", "--downloads", tmp_path,
                      "--out-dir", tmp_path / "out", cwd=tmp_path)
     assert_one_line_error(result, "prepare", "bad.yaml line 2: not UTF-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers are numbers
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("section", "key", "value", "named"), [
+    ("model", "layers", True, "model.layers"),
+    ("model", "layers", "6", "model.layers"),
+    ("model", "dropout", True, "model.dropout"),
+    ("model", "dropout", "0.1", "model.dropout"),
+    ("training", "steps", True, "training.steps"),
+    ("training", "compile", "yes", "training.compile"),
+    ("decoding", "beam_size", "4", "decoding.beam_size"),
+    ("bpe", "vocab_size", 600.0, "bpe.vocab_size"),
+    ("variants.A_h1.model", "heads", True, "variants.A_h1.model: heads"),
+    ("variants.A_h1.training", "warmup_steps", "100", "variants.A_h1.training: warmup_steps"),
+])
+def test_a_boolean_or_a_string_where_a_number_belongs_is_refused(tmp_path, section, key, value,
+                                                                 named):
+    path = _tiny_edited(tmp_path, section, key, value)
+    expected = rf"^\S*bad\.yaml: {re.escape(named)}: Input should be a valid \w+ \(got {{}}\)$"
+    with pytest.raises(ConfigError, match=expected.format(re.escape(repr(value)))):
+        load_experiment(path)
+
+
+def test_a_float_field_still_takes_an_integer(tmp_path):
+    path = _tiny_edited(tmp_path, "variants.D_ls0.model", "dropout", 0)
+    experiment = load_experiment(path)
+    assert experiment.variant("D_ls0").model.dropout == 0.0
+    assert experiment.variant("D_ls0").model.label_smoothing == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in (ROOT / "configs").glob("*.yaml")))
+def test_every_shipped_experiment_and_variant_loads_strictly(name):
+    experiment = load_experiment(ROOT / f"configs/{name}.yaml")
+    for variant in experiment.variants:
+        experiment.variant(variant)
