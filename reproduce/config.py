@@ -106,7 +106,8 @@ class BpeConfig(Strict):
     model_type: Literal["bpe", "unigram"] = "bpe"
     input_sentence_size: int = Field(default=10_000_000, gt=0)
     character_coverage: float = Field(default=1.0, gt=0, le=1)
-    seed: int = 1
+    # sentencepiece's set_random_generator_seed takes an unsigned 32-bit integer.
+    seed: int = Field(default=1, ge=0, lt=2**32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,7 +202,9 @@ class TrainingConfig(Strict):
     adam_beta2: float = 0.98
     adam_eps: float = 1e-9
     max_source_tokens: int = Field(default=256, gt=0)
-    seed: int = 1
+    # torch.manual_seed takes at most an unsigned 64-bit integer; the batch order's
+    # numpy generator (reproduce/training/batching.py) refuses negative seeds.
+    seed: int = Field(default=1, ge=0, lt=2**64)
     log_every_steps: int = Field(default=100, gt=0)
     eval_every_steps: int = Field(default=1000, gt=0)
     checkpoints: CheckpointConfig = CheckpointConfig()

@@ -135,3 +135,25 @@ def test_every_shipped_experiment_and_variant_loads_strictly(name):
     experiment = load_experiment(ROOT / f"configs/{name}.yaml")
     for variant in experiment.variants:
         experiment.variant(variant)
+
+
+# --------------------------------------------------------------------------------------------
+# Seeds
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("section", "seed", "expected"), [
+    ("training", -1, "greater than or equal to 0"),
+    ("training", 2**64, "less than 18446744073709551616"),
+    ("bpe", -1, "greater than or equal to 0"),
+    ("bpe", 2**32, "less than 4294967296"),
+])
+def test_a_seed_out_of_range_is_refused_naming_the_field(tmp_path, section, seed, expected):
+    path = _tiny_edited(tmp_path, section, "seed", seed)
+    with pytest.raises(ConfigError, match=rf"^\S*bad\.yaml: {section}\.seed: Input should be "
+                                          rf"{expected} \(got {seed}\)$"):
+        load_experiment(path)
+
+
+@pytest.mark.parametrize(("section", "seed"), [("training", 2**64 - 1), ("bpe", 2**32 - 1)])
+def test_the_largest_seeds_are_accepted(tmp_path, section, seed):
+    path = _tiny_edited(tmp_path, section, "seed", seed)
+    assert getattr(load_experiment(path), section).seed == seed
