@@ -5,13 +5,18 @@ the key (or line)."""
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from reproduce.config import ConfigError, load_experiment, read_yaml
+from reproduce.config import Cleaning, ConfigError, Source, load_experiment, read_yaml
+from reproduce.data.download import file_name
+from reproduce.data.prepare import prepare_split
+from reproduce.data.text import read_lines
+from tests.corpus_archives import sgm, write_tgz_bytes
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,3 +162,47 @@ def test_a_seed_out_of_range_is_refused_naming_the_field(tmp_path, section, seed
 def test_the_largest_seeds_are_accepted(tmp_path, section, seed):
     path = _tiny_edited(tmp_path, section, "seed", seed)
     assert getattr(load_experiment(path), section).seed == seed
+
+
+# --------------------------------------------------------------------------------------------
+# A byte order mark opening a corpus
+# --------------------------------------------------------------------------------------------
+PAIRS = [("Hello world .", "Hallo Welt ."), ("A small house .", "Ein kleines Haus .")]
+
+
+def _corpus_members(fmt: str, bom: bytes) -> dict[str, bytes]:
+    """One source's members in ``fmt``, each file opening with ``bom``."""
+    sources, targets = [pair[0] for pair in PAIRS], [pair[1] for pair in PAIRS]
+    if fmt == "tsv":
+        return {"corpus.tsv": bom + "".join(f"{s}\t{t}\n" for s, t in PAIRS).encode()}
+    if fmt == "ptb":
+        return {"corpus.tsv": bom + b"( (S (INTJ (UH Hello)) (NP (NN world)) (. .)) )\n"
+                                    b"( (NP (DT A) (JJ small) (NN house) (. .)) )\n"}
+    if fmt == "sgm":
+        return {"corpus.src": bom + sgm("srcset", sources).encode(),
+                "corpus.tgt": bom + sgm("refset", targets).encode()}
+    return {"corpus.src": bom + "".join(s + "\n" for s in sources).encode(),
+            "corpus.tgt": bom + "".join(t + "\n" for t in targets).encode()}
+
+
+def _prepared(folder: Path, fmt: str, bom: bytes) -> tuple[str, str]:
+    members = {"source_member": "corpus.tsv"} if fmt in ("tsv", "ptb") else {
+        "source_member": "corpus.src", "target_member": "corpus.tgt"}
+    source = Source(name="corpus", url="file:x/corpus.tgz", format=fmt, **members)
+    write_tgz_bytes(folder / "downloads" / file_name(source), _corpus_members(fmt, bom))
+    prepare_split([source], "dev", folder / "downloads", folder / "data", Cleaning())
+    return tuple((folder / f"data/dev.{side}").read_text(encoding="utf-8")
+                 for side in ("src", "tgt"))
+
+
+@pytest.mark.parametrize("fmt", ["text", "tsv", "sgm", "ptb"])
+def test_a_byte_order_mark_leaves_the_prepared_corpus_unchanged(tmp_path, fmt):
+    with_bom = _prepared(tmp_path / "bom", fmt, codecs.BOM_UTF8)
+    assert with_bom == _prepared(tmp_path / "plain", fmt, b"")
+    assert with_bom[0].startswith("Hello world .\n")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_source_sentence_to_decode(tmp_path):
+    path = tmp_path / "source.txt"
+    path.write_bytes(codecs.BOM_UTF8 + "Hello world .\n\ufeffkept inside a line\n".encode())
+    assert read_lines(path) == ["Hello world .", "\ufeffkept inside a line"]

@@ -3,10 +3,15 @@
 Undecodable bytes stop the read with the file and line named (never a silent U+FFFD), and only
 ``\\n`` ends a line: form feed, vertical tab, ``\\r``, U+0085, U+2028 or U+2029 inside a sentence
 stay inside it (:meth:`str.splitlines` would break there and shift every following line).
+
+A UTF-8 byte order mark opening a file (as Windows editors write) is dropped, as the
+``utf-8-sig`` codec would: it marks the encoding and is no part of the first sentence, whose
+first token it would otherwise change.
 """
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +27,8 @@ def iter_lines(path: Path, label: str | None = None) -> Iterator[str]:
     (e.g. an archive member) when ``path`` is a scratch copy."""
     with path.open("rb") as stream:
         for number, raw in enumerate(stream, start=1):
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             yield decode_line(raw.removesuffix(b"\n"), label or str(path), number)
 
 
@@ -31,7 +38,7 @@ def read_lines(path: Path, label: str | None = None) -> list[str]:
 
 def read_text(path: Path, label: str | None = None) -> str:
     """The whole of ``path`` as text, with undecodable bytes reported by line."""
-    data = path.read_bytes()
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
