@@ -229,11 +229,13 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
+    from reproduce.data.text import read_json
+
     summary = {
         "dataset": args.dataset,
         "variant": args.variant,
-        "dev": json.loads(Path(args.dev).read_text()),
-        "test": json.loads(Path(args.test).read_text()),
+        "dev": read_json(Path(args.dev)),
+        "test": read_json(Path(args.test)),
     }
     _write_json(Path(args.out), summary)
 

@@ -14,8 +14,9 @@ import yaml
 
 from reproduce.config import Cleaning, ConfigError, Source, load_experiment, read_yaml
 from reproduce.data.download import file_name
+from reproduce.data.encoded import EncodedCorpus, write_encoded
 from reproduce.data.prepare import prepare_split
-from reproduce.data.text import read_lines
+from reproduce.data.text import NotJsonError, read_lines
 from tests.corpus_archives import sgm, write_tgz_bytes
 from tests.test_bad_input import assert_one_line_error, run_cli
 
@@ -206,3 +207,22 @@ def test_a_byte_order_mark_is_not_part_of_the_first_source_sentence_to_decode(tm
     path = tmp_path / "source.txt"
     path.write_bytes(codecs.BOM_UTF8 + "Hello world .\n\ufeffkept inside a line\n".encode())
     assert read_lines(path) == ["Hello world .", "\ufeffkept inside a line"]
+
+
+# --------------------------------------------------------------------------------------------
+# JSON files that are not JSON
+# --------------------------------------------------------------------------------------------
+def test_a_scores_file_that_is_not_json_is_one_line_naming_it(tmp_path):
+    (tmp_path / "dev.json").write_text('{"bleu": 1.0}\n')
+    (tmp_path / "test.json").write_text('{"bleu": 1.0,\n oops}\n')
+    result = run_cli("summarize", "--dataset", "tiny", "--variant", "base", "--dev", "dev.json",
+                     "--test", "test.json", "--out", "out.json", cwd=tmp_path)
+    assert_one_line_error(result, "summarize", "test.json line 2 column 2: not JSON")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_an_encoded_corpus_whose_meta_json_is_not_json_is_named(tmp_path):
+    write_encoded(tmp_path / "encoded", vocab_size=8, pairs=[([1, 2], [3])])
+    (tmp_path / "encoded/meta.json").write_text("vocab_size: 8\n")
+    with pytest.raises(NotJsonError, match=r"^\S*encoded/meta\.json line 1 column 1: not JSON"):
+        EncodedCorpus.open(tmp_path / "encoded")

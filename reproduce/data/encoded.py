@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
 import numpy as np
+
+from reproduce.data.text import read_json
 
 SIDES = ("source", "target")
 
@@ -57,7 +60,7 @@ class EncodedCorpus:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.meta = json.loads((directory / "meta.json").read_text())
+        self.meta = read_json(directory / "meta.json")
         dtype = np.dtype(self.meta["dtype"])
         self._tokens = {}
         self._offsets = {}

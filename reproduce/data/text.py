@@ -7,19 +7,28 @@ stay inside it (:meth:`str.splitlines` would break there and shift every followi
 A UTF-8 byte order mark opening a file (as Windows editors write) is dropped, as the
 ``utf-8-sig`` codec would: it marks the encoding and is no part of the first sentence, whose
 first token it would otherwise change.
+
+JSON files the commands are handed (scores, an encoded corpus's ``meta.json``) are read here too,
+so that one that is not JSON is an error naming the file and the position, not json's bare
+``Expecting value: line 1 column 1``.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from reproduce.errors import ReproduceError
 
 
 class UndecodableTextError(ReproduceError):
     """A text file holds bytes that are not UTF-8."""
+
+
+class NotJsonError(ReproduceError):
+    """A file expected to hold JSON does not."""
 
 
 def iter_lines(path: Path, label: str | None = None) -> Iterator[str]:
@@ -44,6 +53,15 @@ def read_text(path: Path, label: str | None = None) -> str:
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise _undecodable(label or str(path), line, data[error.start : error.end]) from None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in ``path``; errors name the file and the line and column."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise NotJsonError(f"{path} line {error.lineno} column {error.colno}: not JSON "
+                           f"({error.msg})") from None
 
 
 def decode_line(raw: bytes, label: str, number: int) -> str:
