@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import codecs
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from reproduce.data.encoded import EncodedCorpus, write_encoded
 from reproduce.data.prepare import prepare_split
 from reproduce.data.text import NotJsonError, read_lines
 from tests.corpus_archives import sgm, write_tgz_bytes
+from tests.project_copy import copy_workflow
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,3 +229,34 @@ def test_an_encoded_corpus_whose_meta_json_is_not_json_is_named(tmp_path):
     (tmp_path / "encoded/meta.json").write_text("vocab_size: 8\n")
     with pytest.raises(NotJsonError, match=r"^\S*encoded/meta\.json line 1 column 1: not JSON"):
         EncodedCorpus.open(tmp_path / "encoded")
+
+
+# --------------------------------------------------------------------------------------------
+# The pipeline: Snakemake's config and the experiments it lists
+# --------------------------------------------------------------------------------------------
+def _plan(workflow: Path, pipeline: str) -> subprocess.CompletedProcess:
+    """``snakemake -n`` of the default target in a copy of the workflow, with ``pipeline`` as
+    the pipeline config file."""
+    (workflow / "pipeline.yaml").write_text(pipeline)
+    command = [str(Path(sys.executable).parent / "snakemake"), "-n", "--configfile=pipeline.yaml"]
+    return subprocess.run(command, cwd=workflow, capture_output=True, text=True, timeout=300)
+
+
+def test_two_experiment_files_of_one_name_are_refused_naming_both(tmp_path):
+    workflow = copy_workflow(tmp_path / "workflow")
+    (workflow / "configs/tiny_again.yaml").write_text(TINY)
+    result = _plan(workflow, "experiments: [configs/tiny.yaml, configs/tiny_again.yaml]\n"
+                             "results: results\ntraining: {launcher: inline}\n")
+    assert result.returncode != 0
+    assert ("Invalid experiment configuration: configs/tiny.yaml and configs/tiny_again.yaml "
+            "are both named 'tiny'") in result.stderr, result.stderr
+
+
+def test_a_pipeline_config_key_given_twice_is_refused(tmp_path):
+    workflow = copy_workflow(tmp_path / "workflow")
+    result = _plan(workflow, "experiments: [configs/tiny.yaml]\nresults: results\n"
+                             "training: {launcher: inline}\nresults: elsewhere\n")
+    assert result.returncode != 0
+    assert re.search(r"^Invalid pipeline configuration: \S*/pipeline\.yaml line 4 column 1: not "
+                     r"valid YAML: key 'results' given twice, at lines 2 and 4", result.stderr,
+                     re.MULTILINE), result.stderr

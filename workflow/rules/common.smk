@@ -7,22 +7,48 @@ import sys
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reproduce.config import ConfigError, fingerprint, load_experiment, trained_settings
+from reproduce.config import (
+    ConfigError,
+    fingerprint,
+    load_experiment,
+    read_yaml,
+    trained_settings,
+)
 from reproduce.data.download import file_name as download_name
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
 
 
+def _refuse_duplicate_keys_in_pipeline_config(paths):
+    """Snakemake reads the pipeline config keeping the last of a key given twice; re-reading its
+    YAML files (a few lines each) with the experiment files' loader refuses that instead. A JSON
+    config file is left to Snakemake: YAML refuses the tabs that JSON may be indented with."""
+    for path in paths:
+        if os.path.splitext(path)[1] not in (".yaml", ".yml"):
+            continue
+        try:
+            read_yaml(path)
+        except ConfigError as error:
+            sys.exit(f"Invalid pipeline configuration: {error}")
+
+
 def _load_experiments(paths):
+    """Experiments by name; two files of one name would otherwise leave one out of the DAG."""
     experiments = {}
     for path in paths:
         try:
             experiment = load_experiment(path)
         except ConfigError as error:
             sys.exit(f"Invalid experiment configuration: {error}")
+        if experiment.name in experiments:
+            sys.exit(
+                f"Invalid experiment configuration: {experiments[experiment.name][0]} and "
+                f"{path} are both named {experiment.name!r}; give each experiment its own name"
+            )
         experiments[experiment.name] = (path, experiment)
     return experiments
 
 
+_refuse_duplicate_keys_in_pipeline_config(workflow.configfiles)
 _LOADED = _load_experiments(config["experiments"])
 EXPERIMENTS = {name: experiment for name, (_, experiment) in _LOADED.items()}
 EXPERIMENT_FILES = {name: path for name, (path, _) in _LOADED.items()}
