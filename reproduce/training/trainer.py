@@ -46,6 +46,7 @@ from reproduce.config import ResolvedVariant, differing_settings, fingerprint, t
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
+from reproduce.records import read_records, write_records
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
@@ -145,6 +146,8 @@ class Trainer:
         if checkpoint is not None:
             self._resume(*checkpoint)
         if self.rank == 0:
+            # The records after the checkpoint's step (all, without one) are trained again.
+            self._truncate_metrics_after(self.step)
             log.info("training in %s (training.precision: %s) on %s", self.precision, t.precision,
                      self._device_name())
 
@@ -216,8 +219,6 @@ class Trainer:
         self.totals = self.totals | state["totals"]  # counters added since start at 0
         self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
         _restore_rng_states(state["rng"])
-        if self.rank == 0:
-            self._truncate_metrics_after(self.step)
         log.info("resumed from %s at step %d", path, self.step)
 
     def _check_resumable(self, path: Path, state: dict) -> None:
@@ -241,12 +242,11 @@ class Trainer:
         return self.train_dir / "metrics.jsonl"
 
     def _truncate_metrics_after(self, step: int) -> None:
+        """Keep the records up to ``step``: those after it are replayed by the resumed run, and
+        a torn last line (:mod:`reproduce.records`) goes with them, before anything is appended."""
         if self.metrics_path.exists():
-            kept = [line for line in self.metrics_path.read_text().splitlines()
-                    if line and json.loads(line)["step"] <= step]
-            temporary = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
-            temporary.write_text("".join(line + "\n" for line in kept))
-            temporary.replace(self.metrics_path)
+            kept = [record for record in read_records(self.metrics_path) if record["step"] <= step]
+            write_records(self.metrics_path, kept)
 
     def _record(self, metrics: dict) -> None:
         if self.rank != 0:
