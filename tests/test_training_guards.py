@@ -3,10 +3,16 @@ checkpoint belongs, a loss gone non-finite, SIGHUP, too few checkpoints to avera
 
 import pytest
 import torch
+import yaml
 
-from reproduce.training.checkpoints import CheckpointError
-from reproduce.training.trainer import Trainer
-from tests.training_fixtures import random_corpus, small_variant
+from reproduce.config import load_experiment
+from reproduce.training.checkpoints import CheckpointError, list_checkpoints
+from reproduce.training.launch import launch_training
+from reproduce.training.trainer import NonFiniteLossError, Trainer
+from tests.test_faults import _run_status
+from tests.training_fixtures import ROOT, random_corpus, small_variant
+
+DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,3 +41,23 @@ def test_a_folder_where_a_checkpoint_belongs_is_refused_before_training(corpora,
         Trainer(small_variant(steps=9), "t", *corpora, folder)
     assert str(raised.value) == (f"{path}: a folder where training writes a checkpoint file; "
                                  f"move it out of {folder / 'checkpoints'}")
+
+
+# -- a non-finite loss ---------------------------------------------------------------------------
+def test_a_non_finite_loss_stops_training_at_its_step_unsaved(corpora, tmp_path):
+    trainer = Trainer(small_variant(steps=9, lr_scale=DIVERGING), "t", *corpora, tmp_path)
+    with pytest.raises(NonFiniteLossError) as raised:
+        trainer.run()
+    assert str(raised.value).startswith("step 2: the training loss is nan (fp32): training "
+                                        "diverged, and this step was not saved; lower")
+    assert trainer.step == 2 and list_checkpoints(tmp_path / "checkpoints") == []
+    assert not (tmp_path / "train/final.pt").exists()
+
+
+def test_a_non_finite_loss_ends_the_mlflow_run_failed(corpora, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    with pytest.raises(NonFiniteLossError, match=r"^step 2: "):
+        launch_training(experiment, small_variant(steps=9, lr_scale=DIVERGING), *corpora,
+                        tmp_path, tmp_path)
+    assert _run_status(tmp_path) == "FAILED"

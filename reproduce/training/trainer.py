@@ -20,9 +20,11 @@ parent's death) ends the run after the current step, with a checkpoint of that s
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
 checkpoints record with the loss scaler's state, so that a resumed fp16 run goes on exactly. An
-fp16 update that overflows is skipped and not counted as a step. ``training.clip_norm`` clips
-the true (unscaled) gradient of a step. Every ``log_every_steps`` steps the log says how far the
-run is, how fast and how long it has left (:mod:`reproduce.training.progress`).
+fp16 update that overflows is skipped and not counted as a step. An applied step whose loss is
+not finite stops the run (:class:`NonFiniteLossError`) before anything of it is saved.
+``training.clip_norm`` clips the true (unscaled) gradient of a step. Every ``log_every_steps``
+steps the log says how far the run is, how fast and how long it has left
+(:mod:`reproduce.training.progress`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.errors import ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
 from reproduce.records import read_records, write_records
@@ -71,6 +74,20 @@ RESTART_HINT = ("to start over, run `reproduce train` again with --restart, whic
 
 class SettingsMismatchError(ValueError):
     """A checkpoint was trained with other settings than the variant now has."""
+
+
+class NonFiniteLossError(ReproduceError, FloatingPointError):
+    """An applied step's loss is inf or nan: training diverged (a learning rate too high).
+
+    Its update has already made the weights non-finite, so every later step would be nan too:
+    the run stops at once, before that step is checkpointed, rather than train nans to the end.
+    The check reads the loss that each step brings to the host anyway (no synchronisation of
+    its own). In fp16 a non-finite loss makes the scaled gradient non-finite too, so the loss
+    scaler skips the update, as fairseq's does, and the run stops when the scale falls below
+    its minimum (:class:`reproduce.training.precision.LossScaleError`, fairseq's
+    FloatingPointError "Minimum loss scale reached"): skipped updates are the scaler's to
+    judge, applied ones this check's, in every precision.
+    """
 
 
 class StepOutcome(NamedTuple):
@@ -348,6 +365,11 @@ class Trainer:
             if not outcome.applied:
                 self._skipped()
                 continue
+            if not math.isfinite(outcome.loss):
+                raise NonFiniteLossError(
+                    f"step {self.step}: the training loss is {outcome.loss} ({self.precision}): "
+                    f"training diverged, and this step was not saved; lower training.lr_scale or "
+                    f"raise training.warmup_steps, then start over with --restart")
             self._count(outcome)
             window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
             progress.update(1)
