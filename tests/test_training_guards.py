@@ -1,15 +1,18 @@
 """Faults refused before training or stopped at once, each with one line: a folder where a
 checkpoint belongs, a loss gone non-finite, SIGHUP, too few checkpoints to average."""
 
+import signal
+import subprocess
+
 import pytest
 import torch
 import yaml
 
 from reproduce.config import load_experiment
-from reproduce.training.checkpoints import CheckpointError, list_checkpoints
+from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import NonFiniteLossError, Trainer
-from tests.test_faults import _run_status
+from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
 from tests.training_fixtures import ROOT, random_corpus, small_variant
 
 DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
@@ -61,3 +64,18 @@ def test_a_non_finite_loss_ends_the_mlflow_run_failed(corpora, tmp_path, monkeyp
         launch_training(experiment, small_variant(steps=9, lr_scale=DIVERGING), *corpora,
                         tmp_path, tmp_path)
     assert _run_status(tmp_path) == "FAILED"
+
+
+# -- SIGHUP --------------------------------------------------------------------------------------
+def test_sighup_saves_a_checkpoint_and_ends_the_mlflow_run_killed(corpora, tmp_path):
+    """The terminal or ssh session of a trainer run by hand closes."""
+    folder = tmp_path / "variant"
+    process = subprocess.Popen(_trainer_process(corpora, folder, 400, launch=True),
+                               env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: list_checkpoints(folder / "checkpoints"), "a first checkpoint")
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGHUP, stderr[-2000:]
+    stopped = load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"]
+    assert f"training stopped at step {stopped} (received SIGHUP)" in stderr
+    assert _run_status(folder) == "KILLED"

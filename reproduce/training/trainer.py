@@ -14,8 +14,8 @@ A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training
 and only if that checkpoint was trained with the same settings
 (:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
-(:class:`reproduce.training.interruption.Interruption`: SIGTERM, Slurm's pre-timeout signal, the
-parent's death) ends the run after the current step, with a checkpoint of that step.
+(:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
+signal, the parent's death) ends the run after the current step, with a checkpoint of that step.
 
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
