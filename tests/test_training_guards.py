@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from reproduce.config import load_experiment
+from reproduce.config import ConfigError, load_experiment
 from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import NonFiniteLossError, Trainer
@@ -79,3 +79,37 @@ def test_sighup_saves_a_checkpoint_and_ends_the_mlflow_run_killed(corpora, tmp_p
     stopped = load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"]
     assert f"training stopped at step {stopped} (received SIGHUP)" in stderr
     assert _run_status(folder) == "KILLED"
+
+
+# -- too few checkpoints to average --------------------------------------------------------------
+def _tiny_with(tmp_path, **training) -> str:
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    checkpoints = training.pop("checkpoints")
+    raw["training"].update(training)
+    raw["training"]["checkpoints"].update(checkpoints)
+    path = tmp_path / "few.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("steps, every_steps, every_minutes, saved", [
+    (10, 8, 10, 2),  # step 8 and the final step; wall-clock saves are not counted
+    (16, 8, 0, 2),  # on the grid, but two saves
+])
+def test_too_few_checkpoints_to_average_are_refused_naming_the_keys(
+        tmp_path, steps, every_steps, every_minutes, saved):
+    path = _tiny_with(tmp_path, steps=steps, average_last=5, checkpoints={
+        "every_steps": every_steps, "every_minutes": every_minutes, "keep_last": 5})
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(path)
+    message = str(raised.value)
+    assert message.startswith(
+        f"{path}: training: average_last (5) is more than the {saved} checkpoints that steps "
+        f"({steps}) and checkpoints.every_steps ({every_steps}) are sure to save")
+    assert "\n" not in message
+
+
+def test_exactly_enough_checkpoints_to_average_are_accepted(tmp_path):
+    path = _tiny_with(tmp_path, steps=33, average_last=5, checkpoints={
+        "every_steps": 8, "every_minutes": 10, "keep_last": 5})  # 8, 16, 24, 32 and 33
+    assert load_experiment(path).training.average_last == 5
