@@ -259,8 +259,8 @@ class Trainer:
         return self.train_dir / "metrics.jsonl"
 
     def _truncate_metrics_after(self, step: int) -> None:
-        """Keep the records up to ``step``: those after it are replayed by the resumed run, and
-        a torn last line (:mod:`reproduce.records`) goes with them, before anything is appended."""
+        """Keep the records up to ``step`` (those after it are recorded again as the run goes
+        on); a torn last line (:mod:`reproduce.records`) goes too, before anything is appended."""
         if self.metrics_path.exists():
             kept = [record for record in read_records(self.metrics_path) if record["step"] <= step]
             write_records(self.metrics_path, kept)
