@@ -268,6 +268,23 @@ class TrainingConfig(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _enough_checkpoints_to_average(self) -> "TrainingConfig":
+        """``average`` takes the last ``average_last`` checkpoints. Known in advance are one
+        every ``every_steps`` steps and the final step's (always saved); wall-clock saves
+        (``every_minutes``) are not counted, since their number depends on the hardware's
+        speed: a setting that saves enough only on a slow GPU would fail after training on a
+        fast one."""
+        every = self.checkpoints.every_steps
+        saved = self.steps // every + (self.steps % every > 0)
+        if saved < self.average_last:
+            raise ValueError(
+                f"average_last ({self.average_last}) is more than the {saved} checkpoints that "
+                f"steps ({self.steps}) and checkpoints.every_steps ({every}) are sure to save "
+                f"(every {every} steps and the final step; every_minutes saves are not counted); "
+                f"lower average_last or every_steps, or raise steps")
+        return self
+
 
 class DecodingConfig(Strict):
     """Section 6.1: beam 4, alpha 0.6, max output length = input length + 50."""

@@ -30,7 +30,8 @@ def make_experiment(pair: str = "en_de", table2: dict | None = None,
         "data": {"train": [source], "dev": [source], "test": [source]},
         "bpe": {"vocab_size": 500},
         "model": {"layers": 2, "d_model": 64, "d_ff": 256, "heads": 4, "d_k": 16, "d_v": 16},
-        "training": {"steps": 600, "checkpoints": {"keep_last": 5}, "average_last": 5},
+        "training": {"steps": 600, "checkpoints": {"every_steps": 100, "keep_last": 5},
+                     "average_last": 5},
         "tables": {"table2": {"base": "base", "big": "big"} if table2 is None else table2,
                    "paper_language_pair": pair},
         "variants": {
@@ -39,7 +40,7 @@ def make_experiment(pair: str = "en_de", table2: dict | None = None,
             "warmup_probe": {"training": {"warmup_steps": 10}},  # not in Table 3
             "E_learned": {"table3_row": "E", "model": {"positional": "learned"}},
             "big": {"table3_row": "big", "model": {"d_model": 128, "dropout": 0.3},
-                    "training": {"steps": 900, "checkpoints": {"keep_last": 20},
+                    "training": {"steps": 900, "checkpoints": {"every_steps": 45, "keep_last": 20},
                                  "average_last": 20}},
         } | (more_variants or {}),
     })

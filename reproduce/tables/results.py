@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reproduce.records import read_records
 from reproduce.tables.outputs import SCORES_FILE
 
 
@@ -51,20 +52,10 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _read_dev_curve(path: Path) -> list[dict]:
-    """Dev rows of a metrics log by step. A half-written last line (training still running) is
-    skipped; a step logged twice (training resumed from an earlier checkpoint) keeps its last."""
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ValueError(f"{path}:{number}: not a JSON line: {line[:80]!r}") from None
+    """Dev rows of a metrics log by step (:func:`reproduce.records.read_records`: a torn last
+    line is left out); a step logged twice (training resumed from an earlier checkpoint) keeps
+    its last."""
+    rows = read_records(path)
     latest = {row["step"]: row for row in rows if "dev_perplexity" in row}
     return [latest[step] for step in sorted(latest)]
 

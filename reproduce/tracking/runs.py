@@ -16,7 +16,6 @@ when the run finishes. Only rank 0 ever calls into this module.
 from __future__ import annotations
 
 import getpass
-import json
 import logging
 import subprocess
 import time
@@ -29,6 +28,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from reproduce.records import read_records
 from reproduce.tracking.store import (
     artifact_root, fail_fast_over_http, is_server, open_sqlite_store, redact,
     redact_credentials_in_logs, tracking_uri,
@@ -128,7 +128,7 @@ class VariantRun:
         """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count."""
         if self.metrics_file is None or not self.metrics_file.exists():
             return 0
-        recorded = [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line]
+        recorded = read_records(self.metrics_file)
         keys = {key for entry in recorded for key in entry if key != "step"}
         missing: list[Metric] = []
 

@@ -30,12 +30,16 @@ from pathlib import Path
 
 import torch
 
+from reproduce.errors import ReproduceError
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
+# A checkpoint, its marker and the temporary files they are written through.
+_WRITTEN_NAME = re.compile(r"^step_\d{8}\.pt(\.sha256)?(\.tmp)?$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ReproduceError, ValueError):
     """A checkpoint is unreadable, unverified, refused, or cannot be written; one line, path named."""
 
 
@@ -130,9 +134,23 @@ def load_checkpoint(path: Path) -> dict:
     return state
 
 
+def refuse_non_files(directory: Path) -> None:
+    """Refuse a folder (or anything but a file) under a name that training writes or deletes in
+    ``directory``: resuming would skip it as damaged, retrain up to its step and then fail to
+    write over it, on every rerun."""
+    entries = sorted(directory.iterdir()) if directory.is_dir() else []
+    for path in entries:
+        if _WRITTEN_NAME.match(path.name) and path.exists() and not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise CheckpointError(f"{path}: {kind} where training writes a checkpoint file; "
+                                  f"move it out of {directory}")
+
+
 def latest_good_checkpoint(directory: Path) -> tuple[Path, dict] | None:
     """The newest checkpoint of ``directory`` that verifies; damaged newer ones are skipped with a
-    warning. None when there is none at all; an error when there are some but none verifies."""
+    warning. None when there is none at all; an error when there are some but none verifies, or
+    when a checkpoint's name holds no file (:func:`refuse_non_files`)."""
+    refuse_non_files(directory)
     candidates = list_checkpoints(directory)
     for path in reversed(candidates):
         try:

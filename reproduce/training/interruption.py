@@ -25,6 +25,10 @@ from typing import Iterator
 
 log = logging.getLogger(__name__)
 
+# What stops a trainer run in the foreground: kill's default and the parent-death signal
+# (SIGTERM), Ctrl-C (SIGINT), and the terminal or ssh session it was started from closing
+# (SIGHUP, whose default action would kill it without a checkpoint).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _SHELLS = {"sh", "bash", "dash", "zsh"}
 

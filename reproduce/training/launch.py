@@ -12,10 +12,10 @@ Snakemake sees a single training job.
 
 Rank 0 holds the variant's lock (:mod:`reproduce.training.variant_lock`) for the whole run. A
 stop request ends the run after the current step with a checkpoint
-(:mod:`reproduce.training.interruption`): inline, SIGTERM and SIGINT, and the death of the job
-that started the trainer, after which the process exits with 128 + the signal; under submitit,
-its pre-timeout signal, after which submitit's own handler requeues the job (at most the
-request's ``max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
+(:mod:`reproduce.training.interruption`): inline, SIGTERM, SIGINT and SIGHUP, and the death of
+the job that started the trainer, after which the process exits with 128 + the signal; under
+submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
+the request's ``max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
-from reproduce.training.interruption import Interruption
+from reproduce.training.interruption import STOP_SIGNALS, Interruption
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
@@ -72,11 +72,12 @@ class TrainingTask(submitit.helpers.Checkpointable):
             distributed.shutdown()
 
     def _interruption(self):
-        """Inline: SIGTERM/SIGINT and the parents' death stop the run; under submitit, its
-        pre-timeout signal (SIGTERM is submitit's to ignore: Slurm sends it on requeue)."""
+        """Inline: SIGTERM, SIGINT, SIGHUP (:data:`STOP_SIGNALS`) and the parents' death stop
+        the run; under submitit, its pre-timeout signal (SIGTERM is submitit's to ignore: Slurm
+        sends it on requeue)."""
         if _inside_submitit():
             return Interruption().watching((_pre_timeout_signal(),), parents=False)
-        return Interruption().watching((signal.SIGTERM, signal.SIGINT), parents=True)
+        return Interruption().watching(STOP_SIGNALS, parents=True)
 
     def _train(self, interruption: Interruption) -> dict | None:
         run = None

@@ -14,15 +14,17 @@ A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training
 and only if that checkpoint was trained with the same settings
 (:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
-(:class:`reproduce.training.interruption.Interruption`: SIGTERM, Slurm's pre-timeout signal, the
-parent's death) ends the run after the current step, with a checkpoint of that step.
+(:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
+signal, the parent's death) ends the run after the current step, with a checkpoint of that step.
 
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
 checkpoints record with the loss scaler's state, so that a resumed fp16 run goes on exactly. An
-fp16 update that overflows is skipped and not counted as a step. ``training.clip_norm`` clips
-the true (unscaled) gradient of a step. Every ``log_every_steps`` steps the log says how far the
-run is, how fast and how long it has left (:mod:`reproduce.training.progress`).
+fp16 update that overflows is skipped and not counted as a step. An applied step whose loss is
+not finite stops the run (:class:`NonFiniteLossError`) before anything of it is saved.
+``training.clip_norm`` clips the true (unscaled) gradient of a step. Every ``log_every_steps``
+steps the log says how far the run is, how fast and how long it has left
+(:mod:`reproduce.training.progress`).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.errors import ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
+from reproduce.records import read_records, write_records
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
@@ -70,6 +74,20 @@ RESTART_HINT = ("to start over, run `reproduce train` again with --restart, whic
 
 class SettingsMismatchError(ValueError):
     """A checkpoint was trained with other settings than the variant now has."""
+
+
+class NonFiniteLossError(ReproduceError, FloatingPointError):
+    """An applied step's loss is inf or nan: training diverged (a learning rate too high).
+
+    Its update has already made the weights non-finite, so every later step would be nan too:
+    the run stops at once, before that step is checkpointed, rather than train nans to the end.
+    The check reads the loss that each step brings to the host anyway (no synchronisation of
+    its own). In fp16 a non-finite loss makes the scaled gradient non-finite too, so the loss
+    scaler skips the update, as fairseq's does, and the run stops when the scale falls below
+    its minimum (:class:`reproduce.training.precision.LossScaleError`, fairseq's
+    FloatingPointError "Minimum loss scale reached"): skipped updates are the scaler's to
+    judge, applied ones this check's, in every precision.
+    """
 
 
 class StepOutcome(NamedTuple):
@@ -145,6 +163,8 @@ class Trainer:
         if checkpoint is not None:
             self._resume(*checkpoint)
         if self.rank == 0:
+            # The records after the checkpoint's step (all, without one) are trained again.
+            self._truncate_metrics_after(self.step)
             log.info("training in %s (training.precision: %s) on %s", self.precision, t.precision,
                      self._device_name())
 
@@ -216,8 +236,6 @@ class Trainer:
         self.totals = self.totals | state["totals"]  # counters added since start at 0
         self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
         _restore_rng_states(state["rng"])
-        if self.rank == 0:
-            self._truncate_metrics_after(self.step)
         log.info("resumed from %s at step %d", path, self.step)
 
     def _check_resumable(self, path: Path, state: dict) -> None:
@@ -241,12 +259,11 @@ class Trainer:
         return self.train_dir / "metrics.jsonl"
 
     def _truncate_metrics_after(self, step: int) -> None:
+        """Keep the records up to ``step`` (those after it are recorded again as the run goes
+        on); a torn last line (:mod:`reproduce.records`) goes too, before anything is appended."""
         if self.metrics_path.exists():
-            kept = [line for line in self.metrics_path.read_text().splitlines()
-                    if line and json.loads(line)["step"] <= step]
-            temporary = self.metrics_path.with_name(self.metrics_path.name + ".tmp")
-            temporary.write_text("".join(line + "\n" for line in kept))
-            temporary.replace(self.metrics_path)
+            kept = [record for record in read_records(self.metrics_path) if record["step"] <= step]
+            write_records(self.metrics_path, kept)
 
     def _record(self, metrics: dict) -> None:
         if self.rank != 0:
@@ -348,6 +365,11 @@ class Trainer:
             if not outcome.applied:
                 self._skipped()
                 continue
+            if not math.isfinite(outcome.loss):
+                raise NonFiniteLossError(
+                    f"step {self.step}: the training loss is {outcome.loss} ({self.precision}): "
+                    f"training diverged, and this step was not saved; lower training.lr_scale or "
+                    f"raise training.warmup_steps, then start over with --restart")
             self._count(outcome)
             window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
             progress.update(1)

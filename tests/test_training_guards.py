@@ -1,0 +1,115 @@
+"""Faults refused before training or stopped at once, each with one line: a folder where a
+checkpoint belongs, a loss gone non-finite, SIGHUP, too few checkpoints to average."""
+
+import signal
+import subprocess
+
+import pytest
+import torch
+import yaml
+
+from reproduce.config import ConfigError, load_experiment
+from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
+from reproduce.training.launch import launch_training
+from reproduce.training.trainer import NonFiniteLossError, Trainer
+from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
+from tests.training_fixtures import ROOT, random_corpus, small_variant
+
+DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpora")
+    return random_corpus(folder / "train", 200, seed=1), random_corpus(folder / "dev", 20, seed=2)
+
+
+# -- a folder where a checkpoint belongs ---------------------------------------------------------
+@pytest.mark.parametrize("name", ["step_00000006.pt", "step_00000004.pt.sha256"])
+def test_a_folder_where_a_checkpoint_belongs_is_refused_before_training(corpora, tmp_path, name):
+    folder = tmp_path / "run"
+    Trainer(small_variant(steps=9), "t", *corpora, folder).run(stop_after_steps=4)
+    path = folder / "checkpoints" / name
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    with pytest.raises(CheckpointError) as raised:
+        Trainer(small_variant(steps=9), "t", *corpora, folder)
+    assert str(raised.value) == (f"{path}: a folder where training writes a checkpoint file; "
+                                 f"move it out of {folder / 'checkpoints'}")
+
+
+# -- a non-finite loss ---------------------------------------------------------------------------
+def test_a_non_finite_loss_stops_training_at_its_step_unsaved(corpora, tmp_path):
+    trainer = Trainer(small_variant(steps=9, lr_scale=DIVERGING), "t", *corpora, tmp_path)
+    with pytest.raises(NonFiniteLossError) as raised:
+        trainer.run()
+    assert str(raised.value).startswith("step 2: the training loss is nan (fp32): training "
+                                        "diverged, and this step was not saved; lower")
+    assert trainer.step == 2 and list_checkpoints(tmp_path / "checkpoints") == []
+    assert not (tmp_path / "train/final.pt").exists()
+
+
+def test_a_non_finite_loss_ends_the_mlflow_run_failed(corpora, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    with pytest.raises(NonFiniteLossError, match=r"^step 2: "):
+        launch_training(experiment, small_variant(steps=9, lr_scale=DIVERGING), *corpora,
+                        tmp_path, tmp_path)
+    assert _run_status(tmp_path) == "FAILED"
+
+
+# -- SIGHUP --------------------------------------------------------------------------------------
+def test_sighup_saves_a_checkpoint_and_ends_the_mlflow_run_killed(corpora, tmp_path):
+    """The terminal or ssh session of a trainer run by hand closes."""
+    folder = tmp_path / "variant"
+    process = subprocess.Popen(_trainer_process(corpora, folder, 400, launch=True),
+                               env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: list_checkpoints(folder / "checkpoints"), "a first checkpoint")
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGHUP, stderr[-2000:]
+    stopped = load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"]
+    assert f"training stopped at step {stopped} (received SIGHUP)" in stderr
+    assert _run_status(folder) == "KILLED"
+
+
+# -- too few checkpoints to average --------------------------------------------------------------
+def _tiny_with(tmp_path, **training) -> str:
+    raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    checkpoints = training.pop("checkpoints")
+    raw["training"].update(training)
+    raw["training"]["checkpoints"].update(checkpoints)
+    path = tmp_path / "few.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("steps, every_steps, every_minutes, saved", [
+    (10, 8, 10, 2),  # step 8 and the final step; wall-clock saves are not counted
+    (16, 8, 0, 2),  # on the grid, but two saves
+])
+def test_too_few_checkpoints_to_average_are_refused_naming_the_keys(
+        tmp_path, steps, every_steps, every_minutes, saved):
+    path = _tiny_with(tmp_path, steps=steps, average_last=5, checkpoints={
+        "every_steps": every_steps, "every_minutes": every_minutes, "keep_last": 5})
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(path)
+    message = str(raised.value)
+    assert message.startswith(
+        f"{path}: training: average_last (5) is more than the {saved} checkpoints that steps "
+        f"({steps}) and checkpoints.every_steps ({every_steps}) are sure to save")
+    assert "\n" not in message
+
+
+def test_exactly_enough_checkpoints_to_average_are_accepted(tmp_path):
+    path = _tiny_with(tmp_path, steps=33, average_last=5, checkpoints={
+        "every_steps": 8, "every_minutes": 10, "keep_last": 5})  # 8, 16, 24, 32 and 33
+    assert load_experiment(path).training.average_last == 5
