@@ -67,7 +67,8 @@ def cmd_download(args: argparse.Namespace) -> None:
             f" (known: {', '.join(sources)})"
         )
     mirror = Path(experiment.data.mirror_dir) if experiment.data.mirror_dir else None
-    download_source(sources[args.source], Path(args.out_dir), mirror_dir=mirror)
+    download_source(sources[args.source], Path(args.out_dir), mirror_dir=mirror,
+                    limits=experiment.data.download)
 
 
 def cmd_prepare(args: argparse.Namespace) -> None:

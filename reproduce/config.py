@@ -86,6 +86,20 @@ class Cleaning(Strict):
     unicode_normalization: Literal["NFC", "NFKC", "none"] = "NFKC"
 
 
+class DownloadLimits(Strict):
+    """When a download is given up, so that a server trickling bytes cannot hold it forever (the
+    socket timeout bounds one read only): ``deadline_minutes`` for the whole download, retries
+    included, and a minimum rate, as curl's ``--speed-limit``/``--speed-time``: an attempt that
+    averages fewer than ``min_rate_bytes_per_second`` over ``min_rate_window_seconds`` is retried
+    (resuming; 0 bytes/s: no minimum). The defaults let the largest WMT14 archive (2.6 GB) through
+    at 150 kB/s, and a dead connection go in two minutes. Settings of the machine's network, not
+    of the data: outside every fingerprint (:func:`trained_settings`)."""
+
+    deadline_minutes: float = Field(default=360, gt=0)
+    min_rate_bytes_per_second: int = Field(default=1024, ge=0)
+    min_rate_window_seconds: float = Field(default=120, gt=0)
+
+
 class DataConfig(Strict):
     train: list[Source] = Field(min_length=1)
     dev: list[Source] = Field(min_length=1)
@@ -97,6 +111,7 @@ class DataConfig(Strict):
     # Fewest sentence pairs a prepared split may hold (after cleaning); fewer stops `prepare`
     # naming the split and its sources, instead of failing later in BPE or training.
     min_pairs: int = Field(default=1, gt=0)
+    download: DownloadLimits = DownloadLimits()
 
 
 class BpeConfig(Strict):
@@ -476,7 +491,8 @@ def trained_settings(variant: ResolvedVariant, experiment: Experiment | None = N
     }
     if experiment is not None:
         sections["languages"] = [experiment.source_lang, experiment.target_lang]
-        sections["data"] = experiment.data.model_dump(mode="json", exclude={"mirror_dir", "test"})
+        sections["data"] = experiment.data.model_dump(
+            mode="json", exclude={"mirror_dir", "download", "test"})
         sections["bpe"] = experiment.bpe.model_dump(mode="json")
     flat: dict[str, Any] = {}
     _flatten(sections, "", flat)

@@ -1,12 +1,14 @@
 """A threaded HTTP server on 127.0.0.1 serving a folder, recording the requests it saw, honouring
 Range requests with an ``ETag`` validator and ``If-Range``, and able to misbehave on request:
 cut its first response off half way (an interrupted download), fail the first requests with 503,
-send bodies without ``Content-Length``, or answer a resume with a 206 that starts at byte 0."""
+send bodies without ``Content-Length``, answer a resume with a 206 that starts at byte 0, or
+trickle a body one byte at a time."""
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +22,8 @@ class _Handler(SimpleHTTPRequestHandler):
     def do_GET(self):
         server = self.server
         server.seen.append({"path": self.path, "range": self.headers.get("Range"),
-                            "if_range": self.headers.get("If-Range")})
+                            "if_range": self.headers.get("If-Range"),
+                            "authorization": self.headers.get("Authorization")})
         if server.failures_left > 0:
             server.failures_left -= 1
             self.send_error(503, "try again")
@@ -53,17 +56,32 @@ class _Handler(SimpleHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        if server.trickle:
+            self._trickle(body, server.trickle)
+            return
         self.wfile.write(body)
+
+    def _trickle(self, body: bytes, seconds: float) -> None:
+        """One byte every ``seconds``, until the body ends or the client hangs up."""
+        for index in range(len(body)):
+            try:
+                self.wfile.write(body[index:index + 1])
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(seconds)
 
 
 @contextmanager
 def serving(folder: Path, truncate_first: bool = False, fail_first: int = 0,
-            no_length: bool = False, bad_range_start: bool = False):
-    """Yields (base_url, server); ``server.seen`` lists {"path", "range", "if_range"} of every
-    request. HTTP/1.0: each response closes its connection, so a body needs no length."""
+            no_length: bool = False, bad_range_start: bool = False, trickle: float = 0):
+    """Yields (base_url, server); ``server.seen`` lists {"path", "range", "if_range",
+    "authorization"} of every request. HTTP/1.0: each response closes its connection, so a body
+    needs no length. ``trickle``: send bodies one byte every that many seconds."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Handler, directory=str(folder)))
     server.seen, server.truncate_next, server.failures_left = [], truncate_first, fail_first
     server.no_length, server.bad_range_start = no_length, bad_range_start
+    server.trickle = trickle
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

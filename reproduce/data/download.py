@@ -11,7 +11,12 @@ verified against their length and sha256, and renamed into place only when verif
 * Each download is keyed by its source (the full URL and the declared sha256), so two sources
   whose URLs end in the same file name never share a file, and a file is verified against the
   checksum of the source that asked for it.
-* Query strings (``?token=...``) and credentials never reach file names or logs.
+* Query strings (``?token=...``) and credentials never reach file names, logs or errors;
+  credentials in the URL (``user:password@``) are sent as Basic authentication.
+* A download ends: within ``data.download.deadline_minutes`` (retries included), else it stops
+  with one line and keeps its ``.part`` for the next run to resume; and an attempt that averages
+  less than ``data.download.min_rate_bytes_per_second`` over ``min_rate_window_seconds`` is
+  retried, so that a server trickling bytes cannot hold it (:class:`_Pace`).
 
 Partial data lives in ``<name>.part``; a file whose checksum does not match is moved aside to
 ``<name>.corrupt`` and never reused. ``file:`` URLs (``file:///abs`` or ``file:relative``) go
@@ -20,6 +25,7 @@ through the same copy-and-verify path, so the tiny corpus exercises the code WMT
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import logging
@@ -34,13 +40,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from reproduce.config import Source
+from reproduce.config import DownloadLimits, Source
 from reproduce.errors import ReproduceError
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
 LOG_EVERY_BYTES = 256 << 20
+READ_TIMEOUT_SECONDS = 60.0  # the longest wait for one read, whatever the rate window
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 _unchecked_sources: set[str] = set()
 
@@ -85,8 +92,10 @@ def download_source(
     mirror_dir: Path | None = None,
     attempts: int = 5,
     backoff_seconds: float = 2.0,
+    limits: DownloadLimits = DownloadLimits(),
 ) -> Path:
-    """Fetch ``source.url`` into ``download_dir`` (or take it from ``mirror_dir``) and verify it."""
+    """Fetch ``source.url`` into ``download_dir`` (or take it from ``mirror_dir``) and verify it,
+    within ``limits``."""
     shown = display_url(source.url)
     if source.sha256 is None and source.url not in _unchecked_sources:
         _unchecked_sources.add(source.url)
@@ -106,7 +115,8 @@ def download_source(
     elif source.url.startswith("file:"):
         shutil.copyfile(_local_path(source.url), partial)
     else:
-        length_known = _fetch_with_retries(source.url, partial, attempts, backoff_seconds)
+        length_known = _fetch_with_retries(source.url, partial, attempts, backoff_seconds,
+                                           _Pace(limits))
     if not length_known and source.sha256 is None:
         _discard(partial)
         raise DownloadError(
@@ -137,22 +147,79 @@ def _verified(path: Path, source: Source) -> bool:
     return source.sha256 is None or sha256_of(path) == source.sha256
 
 
-def _fetch_with_retries(url: str, partial: Path, attempts: int, backoff_seconds: float) -> bool:
+def _fetch_with_retries(url: str, partial: Path, attempts: int, backoff_seconds: float,
+                        pace: _Pace) -> bool:
     """Fetch until complete; True when the body's length was known and reached."""
     shown = display_url(url)
     for attempt in range(1, attempts + 1):
         try:
-            return _fetch(url, partial)
-        except (urllib.error.URLError, http.client.HTTPException, OSError, _Incomplete) as error:
+            pace.check_deadline()
+            return _fetch(url, partial, pace)
+        except _PastDeadline as error:
+            kept = partial.stat().st_size if partial.exists() else 0
+            raise DownloadError(f"{shown}: {error}; {kept} bytes so far, kept in {partial} for"
+                                " the next run to resume (never used unverified)") from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError, _Incomplete,
+                _TooSlow) as error:
             reason = _describe(error)
             if isinstance(error, urllib.error.HTTPError) and error.code < 500 and error.code != 429:
                 raise DownloadError(f"{shown}: HTTP {error.code} {error.reason}") from None
             if attempt == attempts:
                 raise DownloadError(f"{shown}: failed after {attempts} attempts: {reason}") from None
-            delay = backoff_seconds * 2 ** (attempt - 1)
+            delay = min(backoff_seconds * 2 ** (attempt - 1), pace.remaining())
             log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", shown, reason, delay, attempt, attempts)
             time.sleep(delay)
     raise AssertionError("unreachable")
+
+
+class _PastDeadline(Exception):
+    """The download's overall deadline passed: not retried."""
+
+
+class _TooSlow(Exception):
+    """An attempt fell below the minimum rate: retried, resuming where it stopped."""
+
+
+class _Pace:
+    """The limits of one download (:class:`~reproduce.config.DownloadLimits`): its deadline, over
+    all attempts, and the minimum rate of an attempt, the average since the window began, checked
+    once a whole window has passed (as curl's ``--speed-limit``/``--speed-time``). A read waits
+    at most one window and never past the deadline, so a silent server is caught as surely as
+    one trickling bytes."""
+
+    def __init__(self, limits: DownloadLimits):
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.deadline_minutes * 60
+        self.window_start, self.window_bytes = time.monotonic(), 0
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def read_timeout(self) -> float:
+        return max(min(READ_TIMEOUT_SECONDS, self.limits.min_rate_window_seconds,
+                       self.remaining()), 0.01)
+
+    def start_window(self, received: int) -> None:
+        self.window_start, self.window_bytes = time.monotonic(), received
+
+    def check_deadline(self) -> None:
+        if self.remaining() == 0:
+            raise _PastDeadline(f"not complete within {self.limits.deadline_minutes:g} minutes"
+                                " (data.download.deadline_minutes)")
+
+    def check(self, received: int) -> None:
+        """Raise :class:`_PastDeadline` or :class:`_TooSlow` when ``received`` (the bytes of the
+        file so far) says so; a window that kept the rate starts the next one."""
+        self.check_deadline()
+        elapsed = time.monotonic() - self.window_start
+        if elapsed < self.limits.min_rate_window_seconds:
+            return
+        rate = self.limits.min_rate_bytes_per_second
+        if received - self.window_bytes < rate * elapsed:
+            raise _TooSlow(f"{received - self.window_bytes} bytes in {elapsed:.1f} s, slower"
+                           f" than {rate} bytes/s over {self.limits.min_rate_window_seconds:g} s"
+                           " (data.download.min_rate_bytes_per_second, min_rate_window_seconds)")
+        self.start_window(received)
 
 
 def _describe(error: BaseException) -> str:
@@ -164,7 +231,7 @@ class _Incomplete(Exception):
     """The connection ended before the announced length, or a resume did not fit the .part."""
 
 
-def _fetch(url: str, partial: Path) -> bool:
+def _fetch(url: str, partial: Path, pace: _Pace) -> bool:
     """One attempt: continue ``partial`` from its current size when the server allows it.
 
     Returns True when the body's total length was known (and reached), False when the server sent
@@ -174,8 +241,9 @@ def _fetch(url: str, partial: Path) -> bool:
     validator = validator_path.read_text() if validator_path.exists() else None
     offset = partial.stat().st_size if partial.exists() and validator else 0
     headers = {"Range": f"bytes={offset}-", "If-Range": validator} if offset else {}
+    pace.start_window(offset)
     try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
+        response = urllib.request.urlopen(_request(url, headers), timeout=pace.read_timeout())
     except urllib.error.HTTPError as error:
         if error.code == 416 and offset:
             if _total_of(error.headers.get("Content-Range")) == offset:
@@ -190,15 +258,41 @@ def _fetch(url: str, partial: Path) -> bool:
             _save_validator(response, validator_path)
         with partial.open("ab" if offset else "wb") as stream, _progress(url, expected, offset) as bar:
             received = offset
-            for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
+            while chunk := _read(response, pace, received):
                 stream.write(chunk)
                 received += len(chunk)
                 bar.update(len(chunk))
                 if bar.disable and received // LOG_EVERY_BYTES != (received - len(chunk)) // LOG_EVERY_BYTES:
                     log.info("%s: %d MiB", display_url(url), received >> 20)
+                pace.check(received)
     if expected is not None and received != expected:
         raise _Incomplete(f"received {received} of {expected} bytes")
     return expected is not None
+
+
+def _request(url: str, headers: dict[str, str]) -> urllib.request.Request:
+    """A request for ``url`` whose credentials (``user:password@``), if any, travel as Basic
+    authentication, not in the URL (urllib would take them for part of the host name), and are
+    not repeated to another host on a redirect."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return urllib.request.Request(url, headers=headers)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    request = urllib.request.Request(urllib.parse.urlunsplit(bare), headers=headers)
+    user, password = (urllib.parse.unquote(part or "") for part in (parts.username, parts.password))
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request
+
+
+def _read(response, pace: _Pace, received: int) -> bytes:
+    """The next bytes of the body as soon as any arrive (``read(n)`` would wait for all ``n``,
+    however slowly they trickle in); a read that times out is reported as the limit it broke."""
+    try:
+        return response.read1(CHUNK_BYTES)
+    except TimeoutError:
+        pace.check(received)
+        raise
 
 
 def _validator_path(partial: Path) -> Path:

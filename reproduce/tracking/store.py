@@ -37,6 +37,8 @@ INVALID_HOST = "Invalid Host header"  # the start of MLflow's 403 answer to a ho
 FAST_FAILING_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+# MLflow's switch for the "View run <name> at: <tracking URI>/..." line it prints as a run ends.
+SUPPRESS_RUN_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
 # Where MLflow's SQL schema records artifact URIs (runs' and models' lie under their experiment's).
@@ -56,21 +58,44 @@ def redact(text: str) -> str:
 
 
 class RedactCredentials(logging.Filter):
-    """A logging filter that masks URL credentials in every record passing a handler."""
+    """A logging filter that masks URL credentials in every record passing a handler, in its
+    message and in the traceback it carries (formatted here, so the handler prints the masked
+    text)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         masked = redact(message)
         if masked != message:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
         return True
 
 
 def redact_credentials_in_logs() -> None:
-    """Mask URL credentials in whatever the root logger's handlers write (MLflow's warnings too)."""
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(existing, RedactCredentials) for existing in handler.filters):
-            handler.addFilter(RedactCredentials())
+    """Keep the credentials of ``MLFLOW_TRACKING_URI`` out of what this process writes; called
+    before any tracking (:func:`prepare_store`, and a training's run in its own process).
+
+    Three paths reach the output: the root logger's handlers (the project's records); MLflow's
+    loggers, which do not propagate to the root (importing MLflow gives them a handler of their
+    own) and name the URI in their warnings, such as the system-metrics monitor's during an
+    outage; and MLflow's ``View run ... at: <URI>/...`` line as a run ends, which it writes with
+    ``sys.stdout.write``, out of any logging filter's reach. The first two get
+    :class:`RedactCredentials` on their handlers. The third is switched off with MLflow's
+    documented setting ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` rather than by wrapping
+    ``sys.stdout``, which every other writer shares; only when the URI carries credentials (a
+    masked link would not open anyway; without credentials the line is harmless and useful).
+    Child processes (submitit jobs, DDP ranks) inherit the setting."""
+    import mlflow  # noqa: F401  (creates the handler of MLflow's loggers, filtered below)
+
+    if _CREDENTIALS.search(os.environ.get("MLFLOW_TRACKING_URI", "")):
+        os.environ[SUPPRESS_RUN_URL] = "true"
+    for name in ("", "mlflow"):  # the root logger, and MLflow's, which does not propagate to it
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(existing, RedactCredentials) for existing in handler.filters):
+                handler.addFilter(RedactCredentials())
 
 
 def tracking_uri(results_dir: Path) -> str:
@@ -95,6 +120,7 @@ def is_server(uri: str) -> bool:
 def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> str:
     """Check the tracking server, or create the embedded store, before expensive work starts."""
     uri = tracking_uri(results_dir)
+    redact_credentials_in_logs()
     fail_fast_over_http()
     if is_server(uri):
         check_server(uri, timeout)
