@@ -1,13 +1,20 @@
 """pyproject.toml declares compatible ranges; the lock pins every package exactly, inside them;
 the conda env of the jobs (workflow/envs/reproduce.yaml) pins the same versions as the lock."""
 
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from reproduce.tables.paper import paper_table2, paper_table3, paper_table4
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements/lock-py3.11-linux.txt"
@@ -61,3 +68,60 @@ def test_the_conda_env_of_the_jobs_pins_the_locked_runtime_versions():
     assert {canonicalize_name(requirement.name) for requirement in RUNTIME} <= set(conda)
     test_only = {canonicalize_name(requirement.name) for requirement in TEST_TOOLS}
     assert not test_only & set(conda)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path]:
+    """The project as a user gets it from `pip install .`: a wheel built from a copy of the
+    sources (so the checkout gets no build/ folder), installed without dependencies into a folder
+    of its own. Returns (wheel, folder). No build isolation: setuptools is in the lock, so no
+    download is needed."""
+    base = tmp_path_factory.mktemp("installed")
+    source = base / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "reproduce", source / "reproduce",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                    str(base / "dist"), str(source)], check=True, cwd=base)
+    (wheel,) = (base / "dist").glob("reproduce-*.whl")
+    site = base / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
+                   check=True, cwd=base)
+    shutil.rmtree(source)
+    return wheel, site
+
+
+def test_the_wheel_carries_the_papers_numbers(installed):
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    for table in ("table2.csv", "table3.csv", "table4.csv"):
+        assert f"reproduce/tables/paper_numbers/{table}" in names
+
+
+def _outside_the_checkout(site: Path, *command: str) -> subprocess.CompletedProcess:
+    """Runs `python *command` from a folder outside the checkout with only the installed copy
+    of the package importable: PYTHONPATH puts it before .venv's editable install (whose finder
+    only answers after the path), and nothing puts the checkout on sys.path."""
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, *command], cwd=site.parent, env=environment,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_an_installed_package_reads_the_papers_numbers_outside_the_checkout(installed):
+    _, site = installed
+    check = (
+        "import reproduce\n"
+        "from reproduce.tables.paper import paper_table2, paper_table3, paper_table4\n"
+        "print(reproduce.__file__)\n"
+        "print(len(paper_table2()), len(paper_table3()), len(paper_table4()))\n"
+    )
+    where, sizes = _outside_the_checkout(site, "-c", check).stdout.splitlines()
+    assert Path(where).is_relative_to(site), f"imported {where}, not the installed copy"
+    assert sizes.split() == [str(len(paper_table2())), str(len(paper_table3())),
+                             str(len(paper_table4()))]
+    assert _outside_the_checkout(site, "-m", "reproduce", "tables", "--help").stdout
