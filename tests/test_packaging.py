@@ -1,7 +1,10 @@
 """pyproject.toml declares compatible ranges; the lock pins every package exactly, inside them;
-the conda env of the jobs (workflow/envs/reproduce.yaml) pins the same versions as the lock."""
+the CUDA lock adds only the CUDA packages of PyPI's torch wheel; the two conda envs (the jobs'
+workflow/envs/reproduce.yaml and the user's environment.yml) pin the CUDA lock's versions; and the
+package works installed, outside the checkout."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,10 +21,15 @@ from reproduce.tables.paper import paper_table2, paper_table3, paper_table4
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements/lock-py3.11-linux.txt"
-CONDA_ENV = ROOT / "workflow/envs/reproduce.yaml"
+CUDA_LOCK = ROOT / "requirements/lock-py3.11-linux-cu130.txt"
+JOBS_ENV = ROOT / "workflow/envs/reproduce.yaml"
+USER_ENV = ROOT / "environment.yml"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 RUNTIME = [Requirement(line) for line in PROJECT["dependencies"]]
 TEST_TOOLS = [Requirement(line) for line in PROJECT["optional-dependencies"]["test"]]
+# What PyPI's Linux torch wheel adds to the lock: its CUDA libraries, their Python bindings and
+# Triton. Anything else in the CUDA lock would be a pin that the CPU lock lacks by mistake.
+CUDA_PACKAGE = re.compile(r"nvidia-.+|cuda-.+|triton")
 
 
 def _pins(lines) -> dict[str, str]:
@@ -31,19 +39,30 @@ def _pins(lines) -> dict[str, str]:
         requirement = Requirement(line)
         (specifier,) = requirement.specifier
         assert specifier.operator == "==", f"{line}: not an exact pin"
-        pins[canonicalize_name(requirement.name)] = specifier.version
+        name = canonicalize_name(requirement.name)
+        assert name not in pins, f"{line}: {name} is pinned twice"
+        pins[name] = specifier.version
     return pins
 
 
-def _lock_pins() -> dict[str, str]:
-    lines = [line.split("#")[0].strip() for line in LOCK.read_text().splitlines()]
+def _file_pins(path: Path) -> dict[str, str]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
     return _pins(line for line in lines if line)
 
 
-def _conda_env_pins() -> dict[str, str]:
-    environment = yaml.safe_load(CONDA_ENV.read_text())
-    pip_section = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))
-    return _pins(pip_section)
+def _lock_pins() -> dict[str, str]:
+    return _file_pins(LOCK)
+
+
+def _pip_section(path: Path) -> list[str]:
+    environment = yaml.safe_load(path.read_text())
+    (pip_section,) = [item["pip"] for item in environment["dependencies"] if isinstance(item, dict)]
+    return pip_section
+
+
+def _conda_env_pins(path: Path) -> dict[str, str]:
+    """The pins of a conda env's pip section; its pip options (`--editable .`) left out."""
+    return _pins(line for line in _pip_section(path) if not line.startswith("-"))
 
 
 def test_python_3_11_and_newer_are_allowed():
@@ -62,12 +81,48 @@ def test_torch_is_locked_without_a_build_label_so_gpu_hosts_get_the_cuda_build()
     assert "+" not in _lock_pins()["torch"]
 
 
-def test_the_conda_env_of_the_jobs_pins_the_locked_runtime_versions():
-    lock, conda = _lock_pins(), _conda_env_pins()
-    assert {name: lock.get(name) for name in conda} == conda
+def test_the_cuda_lock_is_the_lock_plus_the_cuda_packages_of_the_same_torch():
+    lock, cuda_lock = _lock_pins(), _file_pins(CUDA_LOCK)
+    assert {name: cuda_lock.get(name) for name in lock} == lock
+    added = set(cuda_lock) - set(lock)
+    assert {"cuda-toolkit", "nvidia-cudnn-cu13", "nvidia-nccl-cu13", "triton"} <= added
+    assert all(CUDA_PACKAGE.fullmatch(name) for name in added), sorted(added)
+
+
+def test_the_conda_env_of_the_jobs_pins_the_cuda_locks_runtime_versions():
+    cuda_lock, conda = _file_pins(CUDA_LOCK), _conda_env_pins(JOBS_ENV)
+    assert {name: cuda_lock.get(name) for name in conda} == conda
     assert {canonicalize_name(requirement.name) for requirement in RUNTIME} <= set(conda)
+    assert set(cuda_lock) - set(_lock_pins()) <= set(conda)  # torch's CUDA libraries too
     test_only = {canonicalize_name(requirement.name) for requirement in TEST_TOOLS}
     assert not test_only & set(conda)
+
+
+def test_the_users_conda_env_pins_exactly_the_cuda_lock_and_installs_the_project():
+    """environment.yml is .venv for conda users: every pin of the CUDA lock (the lock's runtime,
+    Snakemake and test tools, plus torch's CUDA libraries, which conda's pip takes from PyPI),
+    none other, then the checkout."""
+    assert _conda_env_pins(USER_ENV) == _file_pins(CUDA_LOCK)
+    assert _pip_section(USER_ENV)[-1] == "--editable ."
+
+
+@pytest.mark.parametrize("path", [USER_ENV, JOBS_ENV], ids=lambda path: path.name)
+def test_the_conda_envs_have_the_shape_conda_expects(path):
+    """What `conda env create -f` reads (conda itself is not installed here): optional name,
+    channels, and dependencies made of conda match specs (Python 3.11 and pip, which conda needs
+    to install the pip list) and one `pip:` list of requirement lines."""
+    environment = yaml.safe_load(path.read_text())
+    assert set(environment) <= {"name", "channels", "dependencies"}
+    assert isinstance(environment.get("name", ""), str)
+    assert environment["channels"] == ["conda-forge", "nodefaults"]
+    specs = [item for item in environment["dependencies"] if not isinstance(item, dict)]
+    assert specs == ["python=3.11", "pip"]
+    (pip,) = [item for item in environment["dependencies"] if isinstance(item, dict)]
+    assert list(pip) == ["pip"] and all(isinstance(line, str) for line in pip["pip"])
+
+
+def test_the_users_conda_env_is_named():
+    assert yaml.safe_load(USER_ENV.read_text())["name"] == "reproduce"
 
 
 @pytest.fixture(scope="module")
