@@ -1,5 +1,6 @@
-"""pyproject.toml declares compatible ranges; the lock pins every package exactly, inside them;
-the CUDA lock adds only the CUDA packages of PyPI's torch wheel; the two conda envs (the jobs'
+"""pyproject.toml declares compatible ranges, whose floors are requirements/floors.txt (tested
+by scripts/test-floors.sh); the lock pins every package exactly, inside them; the CUDA lock adds
+only the CUDA packages of PyPI's torch wheel; the two conda envs (the jobs'
 workflow/envs/reproduce.yaml and the user's environment.yml) pin the CUDA lock's versions; and the
 package works installed, outside the checkout."""
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from reproduce.tables.paper import paper_table2, paper_table3, paper_table4
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements/lock-py3.11-linux.txt"
 CUDA_LOCK = ROOT / "requirements/lock-py3.11-linux-cu130.txt"
+FLOORS = ROOT / "requirements/floors.txt"
 JOBS_ENV = ROOT / "workflow/envs/reproduce.yaml"
 USER_ENV = ROOT / "environment.yml"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -77,6 +80,25 @@ def test_each_dependency_is_a_range_with_the_locked_version_inside(requirement):
     assert requirement.specifier.contains(locked), f"{requirement} excludes the locked {locked}"
 
 
+def test_each_floor_is_the_tested_one_of_requirements_floors():
+    """A range's floor is a claim that the code runs with that version: scripts/test-floors.sh
+    tests the versions of floors.txt, so the two must name the same ones, for every dependency."""
+    floors = _file_pins(FLOORS)
+    lower_bounds = {}
+    for requirement in RUNTIME + TEST_TOOLS:
+        (floor,) = [s.version for s in requirement.specifier if s.operator == ">="]
+        lower_bounds[canonicalize_name(requirement.name)] = floor
+    assert floors == lower_bounds
+
+
+def test_torchs_range_stops_at_the_locked_minor_release():
+    """Newer torch releases are untested until the lock moves to them: `pip install .` must not
+    pull one (it did: 2.15 where 2.13 was tested)."""
+    (torch,) = [requirement for requirement in RUNTIME if requirement.name == "torch"]
+    major, minor, *_ = (int(part) for part in _lock_pins()["torch"].split("."))
+    assert not torch.specifier.contains(f"{major}.{minor + 1}.0")
+
+
 def test_torch_is_locked_without_a_build_label_so_gpu_hosts_get_the_cuda_build():
     assert "+" not in _lock_pins()["torch"]
 
@@ -125,12 +147,26 @@ def test_the_users_conda_env_is_named():
     assert yaml.safe_load(USER_ENV.read_text())["name"] == "reproduce"
 
 
+def _build_isolation() -> list[str]:
+    """No build isolation where this environment has the build backend that pyproject.toml asks
+    for (the lock pins setuptools), so no download; elsewhere (the floors' venv) pip fetches it."""
+    build_system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    for line in build_system["requires"]:
+        requirement = Requirement(line)
+        try:
+            installed = version(requirement.name)
+        except PackageNotFoundError:
+            return []
+        if not requirement.specifier.contains(installed):
+            return []
+    return ["--no-build-isolation"]
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, Path]:
     """The project as a user gets it from `pip install .`: a wheel built from a copy of the
     sources (so the checkout gets no build/ folder), installed without dependencies into a folder
-    of its own. Returns (wheel, folder). No build isolation: setuptools is in the lock, so no
-    download is needed."""
+    of its own. Returns (wheel, folder)."""
     base = tmp_path_factory.mktemp("installed")
     source = base / "source"
     source.mkdir()
@@ -139,7 +175,7 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     shutil.copytree(ROOT / "reproduce", source / "reproduce",
                     ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+    subprocess.run([*pip, "wheel", "--no-deps", *_build_isolation(), "--wheel-dir",
                     str(base / "dist"), str(source)], check=True, cwd=base)
     (wheel,) = (base / "dist").glob("reproduce-*.whl")
     site = base / "site"
