@@ -1,13 +1,15 @@
 """The paper's own numbers (Tables 2, 3 and 4 of Vaswani et al., 2017), kept as data in
-``configs/paper/`` and shown beside ours. In Table 3 a blank means "same as the base model"."""
+``reproduce/tables/paper_numbers/`` and shown beside ours. In Table 3 a blank means "same as the
+base model". They are package data, read through :mod:`importlib.resources`, so that
+``reproduce tables`` works from an installed (non-editable) package, outside the checkout."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 
 import pandas as pd
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "configs" / "paper"
+PAPER_NUMBERS = resources.files(__package__) / "paper_numbers"
 
 TABLE2_COLUMNS = ["model", "bleu_en_de", "bleu_en_fr", "flops_en_de", "flops_en_fr",
                   "reproduced_as"]
@@ -17,10 +19,11 @@ TABLE4_COLUMNS = ["parser", "training", "f1"]
 
 
 def _read(name: str, columns: list[str], text_columns: list[str]) -> pd.DataFrame:
-    path = PAPER_DIR / name
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: the paper's numbers are missing from this checkout")
-    frame = pd.read_csv(path, dtype={column: "object" for column in text_columns})
+    path = PAPER_NUMBERS / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the paper's numbers are missing from this installation")
+    with path.open(encoding="utf-8") as stream:
+        frame = pd.read_csv(stream, dtype={column: "object" for column in text_columns})
     if list(frame.columns) != columns:
         raise ValueError(f"{path}: expected columns {columns}, found {list(frame.columns)}")
     return frame
