@@ -40,6 +40,8 @@ Updates that overflow whatever S (S below :data:`MIN_LOSS_SCALE`) stop the run w
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -56,8 +58,11 @@ class LossScaleError(ReproduceError):
 
 
 def has_bf16_units(device: torch.device) -> bool:
-    """Whether ``device`` is a GPU that computes bf16 natively (torch's emulation excluded)."""
-    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    """Whether ``device`` is a GPU that computes bf16 natively: NVIDIA's from Ampere (compute
+    capability 8.0) on. ``torch.cuda.is_bf16_supported()`` also says yes where bf16 is only
+    emulated (a V100), and its ``including_emulation`` switch is newer than the oldest torch
+    this package supports."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def resolve_precision(requested: str, device_type: str, bf16_units: bool) -> str:
@@ -114,10 +119,9 @@ class OptimizerUpdate:
         norm = None
         if self.clip_norm is not None or measure_norm:
             self.scaler.unscale_(self.optimizer)  # clip and measure the gradient, not S times it
-            norm = torch.nn.utils.get_total_norm(
-                [p.grad for p in self.parameters if p.grad is not None])
-            if self.clip_norm is not None:
-                torch.nn.utils.clip_grads_with_norm_(self.parameters, self.clip_norm, norm)
+            # The norm before clipping; an infinite limit scales by exactly 1 (measure only).
+            limit = math.inf if self.clip_norm is None else self.clip_norm
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, limit)
         self.scaler.step(self.optimizer)  # skips the optimizer's step where it found inf or nan
         self.scaler.update()
         return self._applied(), norm
