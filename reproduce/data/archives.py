@@ -12,17 +12,44 @@ import io
 import shutil
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import BinaryIO
 
+from reproduce.errors import ReproduceError
 
-class MissingMemberError(FileNotFoundError):
+# What the standard library raises on a cut-short or corrupted archive or compressed stream.
+_DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)
+
+
+class MissingMemberError(ReproduceError, FileNotFoundError):
     """An archive does not hold a member the experiment file declares."""
 
 
+class DamagedArchiveError(ReproduceError):
+    """An archive or compressed member ends early or is corrupt (a download cut short where no
+    sha256 was declared to catch it, a full disk)."""
+
+
 def extract_member(archive: Path, member: str | None, destination: Path) -> Path:
-    """Copy ``member`` of ``archive`` (or the whole file when ``member`` is None) to ``destination``."""
+    """Copy ``member`` of ``archive`` (or the whole file when ``member`` is None) to
+    ``destination``; a damaged archive leaves no partial ``destination`` behind."""
     destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _copy_member(archive, member, destination)
+    except _DAMAGE as error:
+        destination.unlink(missing_ok=True)
+        raise _damaged(archive, f"reading {member or 'it'}", error) from None
+    return destination
+
+
+def _damaged(archive: Path, doing: str, error: BaseException) -> DamagedArchiveError:
+    reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return DamagedArchiveError(f"{archive}: damaged or cut short ({reason}) while {doing}; "
+                               "delete it so that it is downloaded again")
+
+
+def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
     with _open_member(archive, member) as stream:
         if member is not None and member.endswith(".gz"):
             stream = gzip.GzipFile(fileobj=stream)
@@ -30,7 +57,6 @@ def extract_member(archive: Path, member: str | None, destination: Path) -> Path
             stream = gzip.GzipFile(fileobj=stream)
         with destination.open("wb") as out:
             shutil.copyfileobj(stream, out, length=1 << 20)
-    return destination
 
 
 def matching_members(archive: Path, pattern: str) -> list[str]:
@@ -38,7 +64,10 @@ def matching_members(archive: Path, pattern: str) -> list[str]:
     ``[...]`` matches within one folder. A pattern without them names one member as it is."""
     if not any(character in pattern for character in "*?["):
         return [pattern]
-    names = _file_names(archive, pattern)
+    try:
+        names = _file_names(archive, pattern)
+    except _DAMAGE as error:
+        raise _damaged(archive, f"listing its members for {pattern!r}", error) from None
     matches = sorted(name for name in names if _matches(name, pattern))
     if not matches:
         raise MissingMemberError(
