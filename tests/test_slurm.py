@@ -9,11 +9,13 @@ import subprocess
 import sys
 import threading
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from packaging.version import Version
 
 from reproduce.config import load_experiment
 from reproduce.training.checkpoints import load_checkpoint
@@ -114,8 +116,11 @@ def test_the_readme_cluster_steps_train_with_the_profiles_request_and_log_to_the
         planned = _snakemake(workdir, "-n", "all", env=environment)
         assert planned.returncode == 0, planned.stderr[-3000:]
         train_job = planned.stdout[planned.stdout.index("rule train:"):].split("\n\n")[0]
-        for request in ("slurm_account=paper_project", "qos=normal", "constraint=testnode", "gpu=2",
-                        "runtime=20", "slurm_extra=--comment=attention"):
+        requests = ["gpu=2", "runtime=20"]
+        if Version(version("snakemake")) >= Version("9.17"):  # earlier: strings shown as <TBD>
+            requests += ["slurm_account=paper_project", "qos=normal", "constraint=testnode",
+                         "slurm_extra=--comment=attention"]
+        for request in requests:
             assert request in train_job, train_job
 
         result = _snakemake(workdir, "all", env=environment)

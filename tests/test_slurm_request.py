@@ -5,10 +5,12 @@ hold no Slurm settings."""
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from reproduce.config import ConfigError, load_experiment
 from reproduce.training.slurm_request import SlurmRequest, parse_request
@@ -84,6 +86,8 @@ def test_an_experiment_file_with_slurm_settings_names_where_they_go(tmp_path, wh
 
 
 def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
+    """Snakemake lists string resources as ``<TBD>`` in a dry run before 9.17 (the floor is
+    9.0.1): their values are checked from 9.17 on, the numbers always."""
     workdir = copy_workflow(tmp_path / "project")
     shutil.copytree(ROOT / "slurm", workdir / "slurm")
     result = subprocess.run(
@@ -91,6 +95,9 @@ def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
         cwd=workdir, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     train_job = result.stdout[result.stdout.index("rule train:"):].split("\n\n")[0]
-    for request in ("slurm_partition=gpu", "gpu=8", "nodes=1", "cpus_per_task=8",
-                    "mem_mb=256000", "runtime=1440", "max_requeues=30"):
+    requests = ["gpu=8", "nodes=1", "cpus_per_task=8", "mem_mb=256000", "runtime=1440",
+                "max_requeues=30"]
+    if Version(version("snakemake")) >= Version("9.17"):
+        requests.append("slurm_partition=gpu")
+    for request in requests:
         assert request in train_job, train_job
