@@ -2,7 +2,6 @@
 that trickles its bodies; and a URL's credentials reach no error, whatever the failure."""
 
 import base64
-import hashlib
 import logging
 import os
 import subprocess
@@ -11,10 +10,10 @@ import sys
 import pytest
 import yaml
 
-from reproduce.config import DownloadLimits, Source, load_experiment, trained_settings
+from reproduce.config import DownloadLimits, load_experiment, trained_settings
 from reproduce.data.download import DownloadError, download_source, file_name
-from tests.corpus_archives import wmt_like_members, write_tgz
 from tests.local_http_server import serving
+from tests.test_download import _source, archive  # noqa: F401 (archive: a fixture)
 from tests.training_fixtures import ROOT
 
 SECRET = "planted-secret"
@@ -22,18 +21,6 @@ SECRET = "planted-secret"
 SLOW_IS_100_BYTES_A_SECOND = DownloadLimits(deadline_minutes=10, min_rate_bytes_per_second=100,
                                             min_rate_window_seconds=0.3)
 DEADLINE_OF_A_SECOND = DownloadLimits(deadline_minutes=1 / 60, min_rate_bytes_per_second=0)
-
-
-@pytest.fixture
-def archive(tmp_path):
-    path = write_tgz(tmp_path / "served" / "training-parallel-europarl-v7.tgz", wmt_like_members())
-    return path, hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _source(url, sha256=None):
-    return Source(name="europarl_v7", url=url, sha256=sha256,
-                  source_member="training/europarl-v7.de-en.en",
-                  target_member="training/europarl-v7.de-en.de")
 
 
 def _failure(source, folder, **options) -> str:

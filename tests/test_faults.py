@@ -30,26 +30,17 @@ from reproduce.training.checkpoints import (CheckpointError, check_room, list_ch
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import SettingsMismatchError, Trainer
 from reproduce.training.variant_lock import VariantLock, VariantLockedError
-from tests.training_fixtures import ROOT, random_corpus, small_variant
+from tests.training_fixtures import ROOT, corpus_pair, small_variant
+from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 STEPS = 12
 PYTHON = sys.executable
 ENVIRONMENT = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """As the subprocesses here: one thread per trainer (and less contention on small machines)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpora")
-    return random_corpus(folder / "train", 400, seed=1), random_corpus(folder / "dev", 40, seed=2)
+    return corpus_pair(tmp_path_factory.mktemp("corpora"), 400)
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ import json
 import logging
 
 import pytest
-import torch
 
 from reproduce.records import DamagedRecordsError, read_records
 from reproduce.tables.results import read_variant
 from reproduce.tracking import start_variant_run, tracking_uri
 from reproduce.training.trainer import Trainer
-from tests.training_fixtures import random_corpus, small_variant
+from tests.training_fixtures import corpus_pair, small_variant
+from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 STEPS = 9
 TORN = {
@@ -21,18 +21,9 @@ TORN = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpora")
-    return random_corpus(folder / "train", 200, seed=1), random_corpus(folder / "dev", 20, seed=2)
+    return corpus_pair(tmp_path_factory.mktemp("corpora"), 200)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import signal
 import subprocess
 
 import pytest
-import torch
 import yaml
 
 from reproduce.config import ConfigError, load_experiment
@@ -13,23 +12,15 @@ from reproduce.training.checkpoints import CheckpointError, list_checkpoints, lo
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import NonFiniteLossError, Trainer
 from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
-from tests.training_fixtures import ROOT, random_corpus, small_variant
+from tests.training_fixtures import ROOT, corpus_pair, small_variant
+from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpora")
-    return random_corpus(folder / "train", 200, seed=1), random_corpus(folder / "dev", 20, seed=2)
+    return corpus_pair(tmp_path_factory.mktemp("corpora"), 200)
 
 
 # -- a folder where a checkpoint belongs ---------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from reproduce.config import load_experiment
 from reproduce.data.encoded import write_encoded
@@ -21,6 +23,22 @@ def random_corpus(directory: Path, pairs: int, seed: int) -> Path:
         data.append((source, [((token * 7) % (VOCAB - 4)) + 4 for token in reversed(source)]))
     write_encoded(directory, VOCAB, data)
     return directory
+
+
+def corpus_pair(folder: Path, pairs: int) -> tuple[Path, Path]:
+    """A train corpus of ``pairs`` pairs and a dev corpus a tenth its size."""
+    return (random_corpus(folder / "train", pairs, seed=1),
+            random_corpus(folder / "dev", pairs // 10, seed=2))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One thread per trainer in the modules that import this fixture, as their trainer
+    subprocesses have (and less contention on small machines)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def small_variant(steps: int, dropout: float = 0.1, **training):
