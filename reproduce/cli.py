@@ -15,14 +15,13 @@ import argparse
 import importlib.metadata
 import json
 import logging
-import pickle
 import sys
 import traceback
 import zipfile
 from pathlib import Path
 
 from reproduce.config import ConfigError, Experiment, ResolvedVariant, load_experiment
-from reproduce.errors import ReproduceError
+from reproduce.errors import ReproduceError, UsageError
 
 log = logging.getLogger("reproduce")
 
@@ -187,7 +186,7 @@ def _task_scores(experiment: Experiment, args: argparse.Namespace, trees_out: Pa
         from reproduce.scoring.parsing import score_parses
 
         if args.source is None:
-            raise ValueError("--source is required for a parsing experiment (the input words)")
+            raise UsageError("--source is required for a parsing experiment (the input words)")
         return score_parses(Path(args.translations), Path(args.source), Path(args.reference),
                             trees_out=trees_out)
     from reproduce.scoring.bleu import score_translations
@@ -260,7 +259,7 @@ def _integers(text: str, option: str) -> list[int]:
     try:
         return [int(item) for item in text.split(",")]
     except ValueError:
-        raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
+        raise UsageError(f"{option} {text!r}: expected comma-separated integers") from None
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
@@ -268,7 +267,7 @@ def cmd_attention(args: argparse.Namespace) -> None:
     from reproduce.tracking import find_variant_run
 
     if args.results and not (args.dataset and args.variant):
-        raise ValueError("--results needs --dataset and --variant (the run to log the plots to)")
+        raise UsageError("--results needs --dataset and --variant (the run to log the plots to)")
     sentences = _integers(args.sentences, "--sentences")
     layers = _integers(args.layers, "--layers") if args.layers else None
     written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
@@ -285,11 +284,11 @@ def cmd_table1(args: argparse.Namespace) -> None:
 
     lengths = _integers(args.lengths, "--lengths")
     if any(n <= 0 for n in lengths):
-        raise ValueError(f"--lengths {args.lengths}: expected positive sequence lengths")
+        raise UsageError(f"--lengths {args.lengths}: expected positive sequence lengths")
     if args.d_model <= 0 or args.d_model % 8:
-        raise ValueError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
+        raise UsageError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
     if args.kernel <= 0 or args.kernel % 2 == 0 or args.radius < 0:
-        raise ValueError(f"--kernel {args.kernel} must be odd and positive (same padding) and "
+        raise UsageError(f"--kernel {args.kernel} must be odd and positive (same padding) and "
                          f"--radius {args.radius} non-negative")
     for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
                               args.radius, args.threads, args.min_run_time):
@@ -534,49 +533,22 @@ def _parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------------------
 # Errors
 # ------------------------------------------------------------------------------------------------
-# What torch and pickle raise for a checkpoint that cannot be loaded (damaged, foreign, or from
-# another model); other RuntimeErrors are bugs and keep their traceback.
-_CHECKPOINT_LOAD_FAILURES = (EOFError, pickle.UnpicklingError, zipfile.BadZipFile)
-_CHECKPOINT_RUNTIME_ERRORS = (
-    "PytorchStreamReader", "inline_container", "Error(s) in loading state_dict", "size mismatch",
-    "must match the size",
-)
-
-
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _checkpoint_argument(args: argparse.Namespace) -> str | None:
-    """The option naming the checkpoint(s) a command loads, as shown in errors."""
-    for option, attribute in (("--checkpoint", "checkpoint"), ("--checkpoint-dir", "checkpoint_dir")):
-        if getattr(args, attribute, None) is not None:
-            return f"{option} {getattr(args, attribute)}"
-    if args.command == "train":
-        return f"checkpoints in {Path(args.out_dir) / 'checkpoints'}"
+def expected_error_message(error: BaseException) -> str | None:
+    """The one-line message of an expected error, or None for a bug (which keeps its traceback).
+
+    Expected are the package's :class:`ReproduceError` (whatever else it derives from) and an
+    OSError about a named file (a path given that cannot be read or written). Anything else,
+    a ValueError or a RuntimeError included, is a bug: the modules that load checkpoints wrap
+    torch's failures into :class:`~reproduce.errors.CheckpointError` themselves."""
+    if isinstance(error, ReproduceError):
+        return _one_line(str(error))
+    if isinstance(error, OSError) and error.filename is not None:
+        return _one_line(f"{error.filename}: {error.strerror or error}")
     return None
-
-
-def expected_error_message(error: BaseException, args: argparse.Namespace) -> str | None:
-    """The one-line message of an expected error, or None for a bug (which keeps its traceback)."""
-    if isinstance(error, (ReproduceError, ValueError)):
-        return _one_line(str(error))
-    if isinstance(error, OSError):
-        if error.filename is not None:
-            return _one_line(f"{error.filename}: {error.strerror or error}")
-        return _one_line(str(error))
-    checkpoint = _checkpoint_argument(args)
-    if checkpoint is None:
-        return None
-    is_load_failure = isinstance(error, _CHECKPOINT_LOAD_FAILURES) or (
-        isinstance(error, RuntimeError)
-        and any(text in str(error) for text in _CHECKPOINT_RUNTIME_ERRORS)
-    )
-    if not is_load_failure:
-        return None
-    detail = [line.strip() for line in str(error).splitlines() if line.strip()][:2]
-    return _one_line(f"{checkpoint}: cannot use the checkpoint: {type(error).__name__}: "
-                     f"{' '.join(detail) or 'no details'}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -588,7 +560,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.handler(args)
     except Exception as error:
-        message = expected_error_message(error, args)
+        message = expected_error_message(error)
         if message is None:
             raise
         if args.verbose:

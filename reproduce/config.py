@@ -24,11 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
                       field_validator, model_serializer, model_validator)
 
 from reproduce.data.text import UndecodableTextError, read_text
-from reproduce.errors import ReproduceError
-
-
-class ConfigError(ReproduceError, ValueError):
-    """A configuration file is missing, unreadable or does not match the schema."""
+from reproduce.errors import ConfigError  # callers import it from here too
 
 
 class Strict(BaseModel):
@@ -62,7 +58,7 @@ class Source(Strict):
     @classmethod
     def _known_scheme(cls, url: str) -> str:
         if not url.startswith(("http://", "https://", "file:")):
-            raise ValueError(
+            raise ConfigError(
                 f"expected an http://, https:// or file: URL (file:relative/path is relative to "
                 f"the working directory), got {url!r}"
             )
@@ -71,10 +67,10 @@ class Source(Strict):
     @model_validator(mode="after")
     def _members_fit_format(self) -> "Source":
         if self.format in ("tsv", "ptb") and self.target_member is not None:
-            raise ValueError(f"a {self.format} source holds both sides in source_member; drop "
-                             "target_member")
+            raise ConfigError(f"a {self.format} source holds both sides in source_member; drop "
+                              "target_member")
         if self.format not in ("tsv", "ptb") and (self.source_member is None) != (self.target_member is None):
-            raise ValueError("give both source_member and target_member, or neither")
+            raise ConfigError("give both source_member and target_member, or neither")
         return self
 
 
@@ -166,14 +162,14 @@ class ModelConfig(Strict):
         if self.architecture != "rnn":
             return self
         if self.attention_radius is not None:
-            raise ValueError("attention_radius restricts self-attention, which architecture rnn "
-                             "does not have; remove it (or use architecture transformer)")
+            raise ConfigError("attention_radius restricts self-attention, which architecture rnn "
+                              "does not have; remove it (or use architecture transformer)")
         if self.positional == "learned":
-            raise ValueError("positional: learned adds position embeddings, which architecture "
-                             "rnn does not use (its LSTMs see the order); use sinusoidal (ignored)")
+            raise ConfigError("positional: learned adds position embeddings, which architecture "
+                              "rnn does not use (its LSTMs see the order); use sinusoidal (ignored)")
         if self.d_model % 2:
-            raise ValueError(f"architecture rnn needs an even d_model (the bidirectional encoder "
-                             f"has d_model/2 units per direction), got {self.d_model}")
+            raise ConfigError(f"architecture rnn needs an even d_model (the bidirectional encoder "
+                              f"has d_model/2 units per direction), got {self.d_model}")
         return self
 
     @model_serializer(mode="wrap")
@@ -251,7 +247,7 @@ class TrainingConfig(Strict):
     def _micro_batches_fit_a_device(self) -> "TrainingConfig":
         budget = self.tokens_per_step // self.micro_batches_per_step
         if budget > self.max_tokens_per_device:
-            raise ValueError(
+            raise ConfigError(
                 f"tokens_per_step / micro_batches_per_step = {self.tokens_per_step} / "
                 f"{self.micro_batches_per_step} = {budget} tokens per micro-batch, more than "
                 f"max_tokens_per_device ({self.max_tokens_per_device}): raise micro_batches_per_step"
@@ -266,7 +262,7 @@ class TrainingConfig(Strict):
         every = self.checkpoints.every_steps
         if self.checkpoints.every_minutes == 0 and self.average_last > 1 and self.steps % every:
             lower, upper = self.steps - self.steps % every, self.steps - self.steps % every + every
-            raise ValueError(
+            raise ConfigError(
                 f"steps ({self.steps}) must be a multiple of checkpoints.every_steps ({every}), "
                 f"so that the {self.average_last} averaged checkpoints are evenly spaced (the "
                 f"final step is always saved); e.g. steps {lower} or {upper}, or an every_steps "
@@ -277,7 +273,7 @@ class TrainingConfig(Strict):
     @model_validator(mode="after")
     def _enough_checkpoints_kept(self) -> "TrainingConfig":
         if self.checkpoints.keep_last < self.average_last:
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoints.keep_last ({self.checkpoints.keep_last}) must be >= average_last "
                 f"({self.average_last}), or the checkpoints to average would be deleted"
             )
@@ -293,7 +289,7 @@ class TrainingConfig(Strict):
         every = self.checkpoints.every_steps
         saved = self.steps // every + (self.steps % every > 0)
         if saved < self.average_last:
-            raise ValueError(
+            raise ConfigError(
                 f"average_last ({self.average_last}) is more than the {saved} checkpoints that "
                 f"steps ({self.steps}) and checkpoints.every_steps ({every}) are sure to save "
                 f"(every {every} steps and the final step; every_minutes saves are not counted); "
@@ -319,7 +315,7 @@ MOVED_TO_PROFILE = ("resources: Slurm settings are no longer part of an experime
 
 def _refuse_resources(values: Any) -> Any:
     if isinstance(values, dict) and "resources" in values:
-        raise ValueError(MOVED_TO_PROFILE)
+        raise ConfigError(MOVED_TO_PROFILE)
     return values
 
 
@@ -404,7 +400,7 @@ class Experiment(Strict):
     def _variant_names(cls, variants: dict[str, Variant]) -> dict[str, Variant]:
         for name in variants:
             if not name.replace("_", "").isalnum():
-                raise ValueError(f"variant name {name!r} must be letters, digits and underscores")
+                raise ConfigError(f"variant name {name!r} must be letters, digits and underscores")
         return variants
 
     @model_validator(mode="after")
@@ -414,13 +410,13 @@ class Experiment(Strict):
         for table in ("table2", "table4"):
             for role, name in getattr(self.tables, table).items():
                 if name not in self.variants:
-                    raise ValueError(f"tables.{table}.{role} names unknown variant {name!r}")
+                    raise ConfigError(f"tables.{table}.{role} names unknown variant {name!r}")
         for role, name in self.tables.table2.items():
             architecture = self.variant(name).model.architecture
             if (architecture == "rnn") != (role == "rnn"):
                 expected = "an rnn" if role == "rnn" else "a transformer"
-                raise ValueError(f"tables.table2.{role}: Table 2's {role} row needs {expected} "
-                                 f"variant; {name!r} is model.architecture {architecture!r}")
+                raise ConfigError(f"tables.table2.{role}: Table 2's {role} row needs {expected} "
+                                  f"variant; {name!r} is model.architecture {architecture!r}")
         return self
 
     @model_validator(mode="after")
@@ -431,19 +427,19 @@ class Experiment(Strict):
             for index, source in enumerate(getattr(self.data, split)):
                 if (source.format == "ptb") != (self.task == "parsing"):
                     expected = "ptb" if self.task == "parsing" else "text, sgm or tsv"
-                    raise ValueError(
+                    raise ConfigError(
                         f"data.{split}.{index}.format: a {self.task} experiment reads "
                         f"{expected} sources, got {source.format!r}")
         if self.task == "parsing":
             if self.tables.table2:
-                raise ValueError("tables.table2: a parsing experiment has no Table 2; "
-                                 "map its variants in tables.table4")
+                raise ConfigError("tables.table2: a parsing experiment has no Table 2; "
+                                  "map its variants in tables.table4")
             rows = [name for name, spec in self.variants.items() if spec.table3_row is not None]
             if rows:
-                raise ValueError(f"variants.{rows[0]}.table3_row: a parsing experiment has no "
-                                 "Table 3; drop table3_row")
+                raise ConfigError(f"variants.{rows[0]}.table3_row: a parsing experiment has no "
+                                  "Table 3; drop table3_row")
         elif self.tables.table4:
-            raise ValueError("tables.table4: only a parsing experiment (task: parsing) has Table 4")
+            raise ConfigError("tables.table4: only a parsing experiment (task: parsing) has Table 4")
         return self
 
     def variant(self, name: str) -> ResolvedVariant:
@@ -461,7 +457,7 @@ class Experiment(Strict):
             try:
                 sections[section] = schema.model_validate(merged, strict=True)
             except ValidationError as error:
-                raise ValueError(
+                raise ConfigError(
                     f"variants.{name}.{section}: {describe_validation_error(error, prefix='')}"
                 ) from None
         return ResolvedVariant(

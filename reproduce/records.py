@@ -20,25 +20,29 @@ import logging
 import os
 from pathlib import Path
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 
 log = logging.getLogger(__name__)
 
 
-class DamagedRecordsError(ReproduceError, ValueError):
+class DamagedRecordsError(DataError):
     """A line before the last of an append-only file is not a JSON record."""
 
 
+class _NotARecord(Exception):
+    """Why a line holds no record; :func:`read_records` decides whether that is an error."""
+
+
 def _parse(line: bytes) -> dict:
-    """The record on ``line``; ValueError with the reason where it holds none."""
+    """The record on ``line``; :class:`_NotARecord` with the reason where it holds none."""
     try:
         record = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ValueError("not UTF-8") from None
+        raise _NotARecord("not UTF-8") from None
     except json.JSONDecodeError as error:
-        raise ValueError(f"{error.msg} at column {error.colno}") from None
+        raise _NotARecord(f"{error.msg} at column {error.colno}") from None
     if not isinstance(record, dict):
-        raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        raise _NotARecord(f"a JSON {type(record).__name__}, not an object")
     return record
 
 
@@ -54,7 +58,7 @@ def read_records(path: Path) -> list[dict]:
     for number, line in lines:
         try:
             records.append(_parse(line))
-        except ValueError as reason:
+        except _NotARecord as reason:
             if number != lines[-1][0]:
                 raise DamagedRecordsError(
                     f"{path}:{number}: not a JSON line ({reason}); only the last line can be torn "

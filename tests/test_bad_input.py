@@ -308,7 +308,7 @@ CASES = [
     ("checkpoint-foreign-zip", "decode", lambda w: _decode(w, **{"--checkpoint": _foreign_zip(w)}),
      ["foreign.pt", "not a complete checkpoint"]),
     ("average-shape-mismatch", "average", lambda w: _average(w, "2"),
-     ["--checkpoint-dir", "mixed", "cannot use the checkpoint"]),
+     ["mixed", "step_00000020.pt", "cannot use the checkpoint", "shape"]),
     # Sentencepiece model and source text given to decode
     ("decode-spm-vocabulary-mismatch", "decode", lambda w: _decode(w, **{"--spm-model": w.other_spm}),
      ["other.model", "90 pieces", "vocabulary of 120"]),

@@ -11,6 +11,7 @@ import pytest
 
 from reproduce.cli import _parser, expected_error_message, main, positive_int
 from reproduce.config import ConfigError
+from reproduce.errors import CheckpointError
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -65,31 +66,22 @@ def test_a_usage_error_is_one_line(capsys):
     ]
 
 
-def _args(command, **values):
-    return argparse.Namespace(command=command, **values)
-
-
 def test_expected_errors_become_one_line_and_bugs_do_not():
-    decode = _args("decode", checkpoint="run/final.pt")
-    assert expected_error_message(ConfigError("a.yaml: model.x:\n  unknown key"), decode) == \
+    assert expected_error_message(ConfigError("a.yaml: model.x:\n  unknown key")) == \
         "a.yaml: model.x: unknown key"
-    assert expected_error_message(FileNotFoundError(2, "No such file or directory", "data/x.src"), decode) == \
+    assert expected_error_message(FileNotFoundError(2, "No such file or directory", "data/x.src")) == \
         "data/x.src: No such file or directory"
-    assert expected_error_message(IsADirectoryError(21, "Is a directory", "run/final.pt"), decode) == \
+    assert expected_error_message(IsADirectoryError(21, "Is a directory", "run/final.pt")) == \
         "run/final.pt: Is a directory"
-    # What checkpoint loading raises names the checkpoint option and file.
-    assert expected_error_message(EOFError("Ran out of input"), decode) == \
-        "--checkpoint run/final.pt: cannot use the checkpoint: EOFError: Ran out of input"
-    unpickling = expected_error_message(pickle.UnpicklingError("Weights only load failed.\nMore."), decode)
-    assert unpickling.startswith("--checkpoint run/final.pt: cannot use the checkpoint: UnpicklingError")
-    mismatch = RuntimeError("Error(s) in loading state_dict for Transformer:\n\tsize mismatch for w: [2] vs [3].\n\tmore")
-    assert expected_error_message(mismatch, decode) == (
-        "--checkpoint run/final.pt: cannot use the checkpoint: RuntimeError: Error(s) in loading "
-        "state_dict for Transformer: size mismatch for w: [2] vs [3]."
-    )
-    train = _args("train", out_dir="results/tiny/base")
-    assert expected_error_message(EOFError(""), train).startswith("checkpoints in results/tiny/base/checkpoints:")
-    # Anything else is a bug: it keeps its traceback.
-    assert expected_error_message(RuntimeError("CUDA error: an illegal memory access"), decode) is None
-    assert expected_error_message(EOFError("Ran out of input"), _args("tables")) is None
-    assert expected_error_message(KeyError("x"), decode) is None
+    # A checkpoint that cannot be loaded is a CheckpointError, raised where it is loaded.
+    assert expected_error_message(CheckpointError("run/final.pt: cannot use the checkpoint: RuntimeError: "
+                                                  "size mismatch for w")) == \
+        "run/final.pt: cannot use the checkpoint: RuntimeError: size mismatch for w"
+    # Anything else is a bug: it keeps its traceback, whatever its message says.
+    assert expected_error_message(RuntimeError("CUDA error: an illegal memory access")) is None
+    mismatch = RuntimeError("Error(s) in loading state_dict for Transformer:\n\tsize mismatch for w")
+    assert expected_error_message(mismatch) is None
+    assert expected_error_message(EOFError("Ran out of input")) is None
+    assert expected_error_message(pickle.UnpicklingError("Weights only load failed.")) is None
+    assert expected_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
+    assert expected_error_message(KeyError("x")) is None

@@ -16,17 +16,17 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError, MissingInputError
 
 # What the standard library raises on a cut-short or corrupted archive or compressed stream.
 _DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)
 
 
-class MissingMemberError(ReproduceError, FileNotFoundError):
+class MissingMemberError(MissingInputError):
     """An archive does not hold a member the experiment file declares."""
 
 
-class DamagedArchiveError(ReproduceError):
+class DamagedArchiveError(DataError):
     """An archive or compressed member ends early or is corrupt (a download cut short where no
     sha256 was declared to catch it, a full disk)."""
 

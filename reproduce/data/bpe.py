@@ -14,7 +14,7 @@ import sentencepiece
 from reproduce.config import BpeConfig
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.data.text import iter_lines
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 ENCODE_CHUNK_LINES = 200_000
 
 
-class SentencepieceModelError(ReproduceError):
+class SentencepieceModelError(DataError):
     """A sentencepiece model file is missing or unreadable."""
 
 
@@ -46,7 +46,7 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
     """
     for path in (train_src, train_tgt):
         if path.stat().st_size == 0:
-            raise ReproduceError(f"{path}: empty; the vocabulary is trained on the prepared train split")
+            raise DataError(f"{path}: empty; the vocabulary is trained on the prepared train split")
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
     sentencepiece.set_random_generator_seed(config.seed)
@@ -85,7 +85,7 @@ def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -
         source_lines = list(islice(sources, ENCODE_CHUNK_LINES))
         target_lines = list(islice(targets, ENCODE_CHUNK_LINES))
         if len(source_lines) != len(target_lines):
-            raise ReproduceError(f"{src_txt} and {tgt_txt} do not have the same number of lines")
+            raise DataError(f"{src_txt} and {tgt_txt} do not have the same number of lines")
         if not source_lines:
             break
         writer.write(

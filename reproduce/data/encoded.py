@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from reproduce.data.text import read_json
+from reproduce.errors import MissingInputError
 
 SIDES = ("source", "target")
 
@@ -77,7 +78,7 @@ class EncodedCorpus:
     @classmethod
     def open(cls, directory: Path) -> "EncodedCorpus":
         if not (directory / "meta.json").exists():
-            raise FileNotFoundError(f"{directory}: not an encoded corpus (no meta.json)")
+            raise MissingInputError(f"{directory}: not an encoded corpus (no meta.json)")
         return cls(directory)
 
     @property

@@ -32,14 +32,14 @@ from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.text import iter_lines
 from reproduce.data.treebank import read_source_trees
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError, MissingInputError
 from reproduce.parsing.linearize import linearize
 from reproduce.parsing.trees import leaves
 
 log = logging.getLogger(__name__)
 
 
-class CorpusError(ReproduceError, ValueError):
+class CorpusError(DataError):
     """A corpus does not hold what the experiment file declares."""
 
 
@@ -109,7 +109,7 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
 
 def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
     if not archive.exists():
-        raise FileNotFoundError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
+        raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
     if source.format == "ptb":
         for tree in read_source_trees(source, archive, scratch):
             yield " ".join(leaves(tree)), linearize(tree)

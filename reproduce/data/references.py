@@ -29,6 +29,7 @@ from reproduce.config import Source
 from reproduce.data.archives import extract_member
 from reproduce.data.download import file_name
 from reproduce.data.treebank import read_source_trees
+from reproduce.errors import DataError
 from reproduce.parsing.trees import format_tree
 
 _SEGMENT_LINE = re.compile(r"<seg.*?>(.*)</seg>.*?")
@@ -73,7 +74,7 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
                             for source in sources)
         reading = "as gold trees" if sources[0].format == "ptb" else \
             f"as sacreBLEU reads references ({sources[0].format})"
-        raise ValueError(
+        raise DataError(
             f"{members}: read {reading}, it gives {len(references)} references, but preparation "
             f"read {expected_lines} sentences; expected one reference per source sentence"
         )

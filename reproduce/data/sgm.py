@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from reproduce.data.text import read_text
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 
 _SEGMENT = re.compile(r"<seg\b[^>]*>(.*?)</seg\s*>", re.IGNORECASE | re.DOTALL)
 
@@ -20,7 +20,7 @@ def parse_sgm_text(text: str) -> list[str]:
     return [" ".join(html.unescape(match).split()) for match in _SEGMENT.findall(text)]
 
 
-class SgmError(ReproduceError, ValueError):
+class SgmError(DataError):
     """A file declared as SGM holds no ``<seg>`` elements."""
 
 

@@ -20,14 +20,14 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 
 
-class UndecodableTextError(ReproduceError):
+class UndecodableTextError(DataError):
     """A text file holds bytes that are not UTF-8."""
 
 
-class NotJsonError(ReproduceError):
+class NotJsonError(DataError):
     """A file expected to hold JSON does not."""
 
 

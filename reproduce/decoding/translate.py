@@ -14,25 +14,26 @@ from pathlib import Path
 
 import sentencepiece
 import torch
+from pydantic import ValidationError
 from tqdm import tqdm
 
 from reproduce.config import DecodingConfig, ModelConfig, differing_settings
 from reproduce.data.bpe import load_sentencepiece
 from reproduce.data.text import read_lines
 from reproduce.decoding.beam_search import beam_search
-from reproduce.errors import ReproduceError
+from reproduce.errors import CheckpointError, DataError
 from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.special_tokens import EOS, PAD
-from reproduce.training.checkpoints import CheckpointError, load_checkpoint
+from reproduce.training.checkpoints import load_checkpoint
 
 log = logging.getLogger(__name__)
 
 
-class VocabularyMismatchError(ReproduceError):
+class VocabularyMismatchError(DataError):
     """A sentencepiece model and a checkpoint were built with different vocabularies."""
 
 
-class LineCountError(ReproduceError):
+class LineCountError(DataError):
     """A translation file would not have one line per source line."""
 
 
@@ -48,9 +49,24 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
             f"{checkpoint}: trained with other settings than the experiment now has ({differences}); "
             f"retrain the variant (`reproduce train ... --restart`) before decoding"
         )
-    model = build_model(ModelConfig.model_validate(state["model_config"]), state["vocab_size"])
-    model.load_state_dict(state["model"])
+    try:
+        config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
+    except (KeyError, ValidationError) as error:
+        raise _unusable(checkpoint, error) from error
+    model = build_model(config, vocab_size)
+    # What torch raises for the weights of another model (missing, unexpected or misshapen
+    # tensors) is wrapped here, where the file is known; elsewhere a RuntimeError is a bug.
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise _unusable(checkpoint, error) from error
     return model.to(device).eval()
+
+
+def _unusable(checkpoint: Path, error: Exception) -> CheckpointError:
+    detail = " ".join(line.strip() for line in str(error).splitlines()[:2])
+    return CheckpointError(f"{checkpoint}: cannot use the checkpoint: {type(error).__name__}: "
+                           f"{detail or 'no details'}")
 
 
 def translate_sentences(

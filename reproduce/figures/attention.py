@@ -23,13 +23,14 @@ import sentencepiece  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from reproduce.data.text import read_text  # noqa: E402
 from reproduce.decoding.translate import load_model  # noqa: E402
-from reproduce.errors import ReproduceError  # noqa: E402
+from reproduce.errors import CheckpointError, UsageError  # noqa: E402
 from reproduce.model.inspection import KINDS, attention_maps  # noqa: E402
 from reproduce.special_tokens import BOS, EOS  # noqa: E402
 from reproduce.tables.plots import save_figure  # noqa: E402
 
-class NotATransformerError(ReproduceError):
+class NotATransformerError(CheckpointError):
     """The checkpoint holds a model without the Transformer's attention heads."""
 
 
@@ -38,7 +39,7 @@ TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder sel
 
 
 def _read_lines(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = read_text(path).split("\n")  # UTF-8 or an error naming the line
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
@@ -47,7 +48,7 @@ def chosen_lines(path: Path, sentences: list[int]) -> list[str]:
     lines = _read_lines(path)
     missing = [index for index in sentences if not 0 <= index < len(lines)]
     if missing:
-        raise ValueError(f"{path}: has {len(lines)} lines; sentence indices {missing} are out of "
+        raise UsageError(f"{path}: has {len(lines)} lines; sentence indices {missing} are out of "
                          f"range (expected 0..{len(lines) - 1})")
     return [lines[index] for index in sentences]
 
@@ -87,7 +88,7 @@ def plot_attention(checkpoint: Path, spm_model: Path, source_file: Path, target_
     available = len(model.encoder)
     layers = layers or [available]
     if any(not 1 <= layer <= available for layer in layers):
-        raise ValueError(f"{checkpoint}: the model has layers 1..{available}; got {layers}")
+        raise UsageError(f"{checkpoint}: the model has layers 1..{available}; got {layers}")
     processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from reproduce.errors import ConfigError
+
 
 def sinusoidal_table(length: int, d_model: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
@@ -48,7 +50,7 @@ class LearnedPositions(nn.Module):
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         if offset + length > self.embedding.num_embeddings:
-            raise ValueError(
+            raise ConfigError(
                 f"sequence of {offset + length} positions is longer than the learned positional "
                 f"embedding's model.max_positions={self.embedding.num_embeddings}"
             )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 from reproduce.parsing.trees import EMPTY_ELEMENT, WRAPPER_LABELS, Tree, preterminals, \
     strip_function_tags
 
@@ -45,7 +45,7 @@ EQUIVALENT_LABELS = {"PRT": "ADVP"}
 Bracket = tuple[str, int, int]  # (label, first word, one past the last word), punctuation deleted
 
 
-class BracketScoreError(ReproduceError, ValueError):
+class BracketScoreError(DataError):
     """Gold and test trees that cannot be compared (other counts, other words)."""
 
 

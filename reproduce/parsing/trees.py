@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Union
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import DataError
 
 EMPTY_ELEMENT = "-NONE-"
 # Roots that only wrap the sentence's tree: the .mrg files' unlabelled "( ... )" and tgrep's TOP.
@@ -31,7 +31,7 @@ WRAPPER_LABELS = ("", "TOP")
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
 
 
-class TreeError(ReproduceError, ValueError):
+class TreeError(DataError):
     """A treebank file holds something that is not a well-formed tree."""
 
 

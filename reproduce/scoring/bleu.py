@@ -34,6 +34,9 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+from reproduce.data.text import read_text
+from reproduce.errors import DataError
+
 # Perl's s{...}{...}g scans left to right without overlaps, exactly like re.sub: "a-b-c"
 # becomes "a ##AT##-##AT## b-c" in both.
 _HYPHENATED_COMPOUND = re.compile(r"(\S)-(\S)")
@@ -87,7 +90,7 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], language: str,
 def _read_lines(path: Path) -> list[str]:
     """One sentence per ``\\n``-terminated line (unlike str.splitlines, which would also break
     on characters such as U+2028 or form feed that may occur inside a sentence)."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)  # UTF-8 or an error naming the line
     lines = text.split("\n")
     return lines[:-1] if lines[-1] == "" else lines
 
@@ -97,12 +100,12 @@ def score_translations(hypothesis_file: Path, reference_file: Path, language: st
     """Both BLEUs of a file of detokenized hypotheses against a file of official references."""
     hypotheses, references = _read_lines(Path(hypothesis_file)), _read_lines(Path(reference_file))
     if len(hypotheses) != len(references):
-        raise ValueError(
+        raise DataError(
             f"{hypothesis_file} has {len(hypotheses)} lines but {reference_file} has "
             f"{len(references)}; expected one hypothesis per reference line"
         )
     if not references:
-        raise ValueError(f"{hypothesis_file} and {reference_file} are empty: nothing to score")
+        raise DataError(f"{hypothesis_file} and {reference_file} are empty: nothing to score")
     sacre, signature = sacrebleu_score(hypotheses, references)
     return {
         "sacrebleu": sacre,

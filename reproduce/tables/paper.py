@@ -9,6 +9,8 @@ from importlib import resources
 
 import pandas as pd
 
+from reproduce.errors import DataError, MissingInputError
+
 PAPER_NUMBERS = resources.files(__package__) / "paper_numbers"
 
 TABLE2_COLUMNS = ["model", "bleu_en_de", "bleu_en_fr", "flops_en_de", "flops_en_fr",
@@ -21,11 +23,11 @@ TABLE4_COLUMNS = ["parser", "training", "f1"]
 def _read(name: str, columns: list[str], text_columns: list[str]) -> pd.DataFrame:
     path = PAPER_NUMBERS / name
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the paper's numbers are missing from this installation")
+        raise MissingInputError(f"{path}: the paper's numbers are missing from this installation")
     with path.open(encoding="utf-8") as stream:
         frame = pd.read_csv(stream, dtype={column: "object" for column in text_columns})
     if list(frame.columns) != columns:
-        raise ValueError(f"{path}: expected columns {columns}, found {list(frame.columns)}")
+        raise DataError(f"{path}: expected columns {columns}, found {list(frame.columns)}")
     return frame
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reproduce.errors import DataError
 from reproduce.records import read_records
 from reproduce.tables.outputs import SCORES_FILE
 
@@ -45,9 +46,9 @@ def _read_json(path: Path) -> dict | None:
     try:
         payload = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        raise DataError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(payload, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise DataError(f"{path}: expected a JSON object")
     return payload
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.errors import ConfigError
 from reproduce.special_tokens import BOS, EOS, PAD
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ class MicroBatchStream:
         self.batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, budget,
                                           max_padded, max_source_tokens, multiple)
         if len(self.batches) < micro_batches_per_step:
-            raise ValueError(
+            raise ConfigError(
                 f"the training data fills {len(self.batches)} micro-batches of ~{budget:.0f} tokens, fewer "
                 f"than training.micro_batches_per_step ({micro_batches_per_step}) needed for one step"
             )

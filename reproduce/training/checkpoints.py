@@ -30,17 +30,13 @@ from pathlib import Path
 
 import torch
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import CheckpointError  # callers import it from here too
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
 # A checkpoint, its marker and the temporary files they are written through.
 _WRITTEN_NAME = re.compile(r"^step_\d{8}\.pt(\.sha256)?(\.tmp)?$")
-
-
-class CheckpointError(ReproduceError, ValueError):
-    """A checkpoint is unreadable, unverified, refused, or cannot be written; one line, path named."""
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:

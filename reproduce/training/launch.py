@@ -30,6 +30,7 @@ import submitit
 import torch
 
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
+from reproduce.errors import ConfigError
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import STOP_SIGNALS, Interruption
@@ -136,7 +137,7 @@ def _check_partition(variant: ResolvedVariant, ranks: int, launcher: Launcher) -
     """Fail before anything is submitted if the ranks cannot share a step evenly."""
     micro_batches = variant.training.micro_batches_per_step
     if micro_batches % ranks:
-        raise ValueError(
+        raise ConfigError(
             f"variant {variant.name}: training.micro_batches_per_step ({micro_batches}) is not a "
             f"multiple of the {ranks} ranks the {launcher} launcher would start; use a number of "
             f"ranks that divides it, or change micro_batches_per_step"

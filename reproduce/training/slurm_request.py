@@ -53,8 +53,8 @@ class SlurmRequest(Strict):
     @model_validator(mode="after")
     def _gpus_spread_evenly(self) -> "SlurmRequest":
         if self.gpu % self.nodes:
-            raise ValueError(f"gpu ({self.gpu}) must be a multiple of nodes ({self.nodes}): "
-                             "every node runs the same number of ranks")
+            raise ConfigError(f"gpu ({self.gpu}) must be a multiple of nodes ({self.nodes}): "
+                              "every node runs the same number of ranks")
         return self
 
     @property

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.errors import ReproduceError
+from reproduce.errors import CheckpointError, ConfigError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
 from reproduce.records import read_records, write_records
@@ -72,7 +72,7 @@ RESTART_HINT = ("to start over, run `reproduce train` again with --restart, whic
                 "and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
 
 
-class SettingsMismatchError(ValueError):
+class SettingsMismatchError(CheckpointError):
     """A checkpoint was trained with other settings than the variant now has."""
 
 
@@ -128,7 +128,7 @@ class Trainer:
 
         t = self.training
         if t.micro_batches_per_step % self.world:
-            raise ValueError(
+            raise ConfigError(
                 f"training.micro_batches_per_step ({t.micro_batches_per_step}) is not a multiple of "
                 f"the number of ranks ({self.world}): every rank must get the same share of a step"
             )

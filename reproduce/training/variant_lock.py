@@ -14,8 +14,10 @@ import socket
 import time
 from pathlib import Path
 
+from reproduce.errors import ReproduceError
 
-class VariantLockedError(ValueError):
+
+class VariantLockedError(ReproduceError):
     """Another process is training (or restarting) the same variant folder."""
 
 
