@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reproduce.cli import expected_error_message
+from reproduce.cli import expected_error_message, main
 from reproduce.errors import (CheckpointError, ConfigError, DataError, MissingInputError,
                               ReproduceError, UsageError)
 
@@ -186,3 +186,23 @@ def test_each_kind_is_an_expected_error_and_still_what_callers_catch(kind, also)
                                  OSError("no file named")])
 def test_anything_else_is_a_bug_that_keeps_its_traceback(bug):
     assert expected_error_message(bug) is None
+
+
+def _failing_tiny_corpus(monkeypatch, error: Exception) -> None:
+    def fail(out):
+        raise error
+
+    monkeypatch.setattr("reproduce.data.tiny_corpus.write_tiny_corpus_archive", fail)
+
+
+def test_main_reports_an_expected_error_in_one_line(monkeypatch, capsys, tmp_path):
+    _failing_tiny_corpus(monkeypatch, DataError("corpus.txt line 3: not UTF-8"))
+    with pytest.raises(SystemExit) as exit:
+        main(["make-tiny-corpus", "--out", str(tmp_path / "t.tgz")])
+    assert exit.value.code == "reproduce make-tiny-corpus: error: corpus.txt line 3: not UTF-8"
+
+
+def test_main_lets_a_value_error_through_with_its_traceback(monkeypatch, tmp_path):
+    _failing_tiny_corpus(monkeypatch, ValueError("math domain error"))
+    with pytest.raises(ValueError, match="math domain error"):
+        main(["make-tiny-corpus", "--out", str(tmp_path / "t.tgz")])
