@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from reproduce.model.architectures import Seq2Seq
-from reproduce.model.transformer import DecoderCache
+from reproduce.model.encoder_decoder import DecoderCache, TranslationModel
 from reproduce.special_tokens import BOS, EOS, PAD
 
 NEGATIVE_INFINITY = float("-inf")
@@ -41,7 +40,7 @@ def _max_output_lengths(source: Tensor, max_length_offset: int) -> Tensor:
 
 
 def _next_token_log_probs(
-    model: Seq2Seq, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
+    model: TranslationModel, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
     max_lengths: Tensor,
 ) -> Tensor:
     """log p(next token) ``[rows, V]``: PAD and BOS never generated, EOS forced at max length."""
@@ -60,7 +59,7 @@ def _next_token_log_probs(
 class _Search:
     """The state of a batch's search, row-aligned with the sentences still searching."""
 
-    def __init__(self, model: Seq2Seq, source: Tensor, beam: int, alpha: float, max_length_offset: int):
+    def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float, max_length_offset: int):
         batch, device = source.size(0), source.device
         self.beam, self.alpha = beam, alpha
         self.sentences = torch.arange(batch, device=device)  # original index of each row
@@ -80,7 +79,7 @@ class _Search:
     def size(self) -> int:
         return self.sentences.size(0)
 
-    def advance(self, model: Seq2Seq, step: int) -> Tensor:
+    def advance(self, model: TranslationModel, step: int) -> Tensor:
         """One time step for every row; returns which sentences are done after it."""
         batch, beam, device = self.size, self.beam, self.sentences.device
         log_probs = _next_token_log_probs(
@@ -136,7 +135,7 @@ class _Search:
 
 @torch.inference_mode()
 def beam_search(
-    model: Seq2Seq,
+    model: TranslationModel,
     source: Tensor,  # [B, S], right-padded, each sentence ending with EOS
     beam_size: int = 4,
     alpha: float = 0.6,
@@ -159,7 +158,7 @@ def beam_search(
 
 
 @torch.inference_mode()
-def greedy_search(model: Seq2Seq, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
+def greedy_search(model: TranslationModel, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
     """Arg-max decoding with the same length limit (the reference for beam size 1)."""
     model.eval()
     batch, device = source.size(0), source.device

@@ -1,6 +1,7 @@
 """The model a configuration names (``model.architecture``): the Transformer of section 3, or the
-recurrent baseline of Table 2. Both offer the same encode/decode interface to training, beam
-search, perplexity and translation."""
+recurrent baseline of Table 2. Both offer the same interface to training, beam search,
+perplexity and translation (:class:`reproduce.model.encoder_decoder.TranslationModel`); code that
+only uses a model names that, and only the code that builds one imports this module."""
 
 from __future__ import annotations
 

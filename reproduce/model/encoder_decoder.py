@@ -1,27 +1,97 @@
-"""What the Transformer and the recurrent baseline share: one embedding matrix for the source,
-the target and the pre-softmax projection (section 3.4), and logits as that projection of the
-decoder's states.
+"""What a translation model is, to the code that trains it, searches with it and scores it; and
+what the Transformer and the recurrent baseline share.
 
-Subclasses define ``embedding`` (``nn.Embedding``), ``encode(source, layout=None)``,
-``decoder_states(target_input, encoded, cache=None)`` and ``target_token_states``.
+:class:`TranslationModel` is that interface, written as a :class:`typing.Protocol` so that
+training, beam search, perplexity and translation name it without importing either model (and
+the models import this module, never the other way round). :class:`DecoderCache` is the state
+incremental decoding carries between steps, whichever model fills it.
+
+:class:`EncoderDecoder` is the shared base: one embedding matrix for the source, the target and
+the pre-softmax projection (section 3.4), and logits as that projection of the decoder's states.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Protocol, Self
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from reproduce.model.transformer import DecoderCache
+from reproduce.config import ModelConfig
+from reproduce.model.token_layout import TokenLayout
+
+
+@dataclass
+class DecoderCache:
+    """The decoded prefix's state per decoder layer (incremental decoding): the keys and values
+    of the Transformer's attentions, or the recurrent decoder's LSTM states."""
+
+    layers: list[dict] = field(default_factory=list)
+    length: int = 0  # positions decoded so far
+
+    def reorder(self, indices: Tensor) -> None:
+        """Keep rows ``indices`` of every cached tensor (beam search's surviving hypotheses)."""
+        for layer in self.layers:
+            for attention in layer.values():
+                for name, tensor in attention.items():
+                    attention[name] = tensor.index_select(0, indices)
+
+
+class EncodedSource(Protocol):
+    """A model's encoding of a source batch, opaque to everyone but the model's decoder."""
+
+    def select(self, indices: Tensor) -> Self:
+        """Rows ``indices`` (e.g. each sentence repeated beam_size times)."""
+        ...
+
+
+class TranslationModel(Protocol):
+    """What training, evaluation, beam search and translation use of a model."""
+
+    config: ModelConfig
+    vocab_size: int
+    embedding: nn.Embedding  # shared by source, target and the pre-softmax projection
+
+    def encode(self, source: Tensor, layout: TokenLayout | None = None) -> EncodedSource:
+        """The encoding of ``source`` ``[B, S]`` (padded with PAD)."""
+        ...
+
+    def decoder_states(self, target_input: Tensor, encoded: EncodedSource,
+                       cache: DecoderCache | None = None) -> Tensor:
+        """The decoder's output ``[B, T, d_model]`` before the projection; with a ``cache``,
+        ``target_input`` holds only the positions after the cached prefix."""
+        ...
+
+    def target_token_states(self, target_input: Tensor, encoded: EncodedSource,
+                            layout: TokenLayout) -> Tensor:
+        """The decoder's output at the tokens of ``layout`` ``[N, d_model]`` (teacher forcing)."""
+        ...
+
+    def decode(self, target_input: Tensor, encoded: EncodedSource,
+               cache: DecoderCache | None = None) -> Tensor:
+        """Logits ``[B, T, V]``."""
+        ...
+
+    def project(self, states: Tensor) -> Tensor:
+        """Pre-softmax logits of decoder states."""
+        ...
+
+    def num_parameters(self) -> int: ...
+
+    def eval(self) -> Self: ...
 
 
 class EncoderDecoder(nn.Module):
+    """The part of :class:`TranslationModel` both models share; a subclass defines
+    ``config``, ``vocab_size``, ``embedding``, ``encode``, ``decoder_states`` and
+    ``target_token_states``."""
+
     def num_parameters(self) -> int:
         return sum(parameter.numel() for parameter in self.parameters())
 
-    def decode(self, target_input: Tensor, encoded, cache: DecoderCache | None = None) -> Tensor:
+    def decode(self, target_input: Tensor, encoded: EncodedSource,
+               cache: DecoderCache | None = None) -> Tensor:
         """Logits ``[B, T, V]`` for ``target_input`` ``[B, T]``.
 
         With a ``cache``, ``target_input`` holds only the positions after the cached prefix.

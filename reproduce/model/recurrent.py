@@ -47,10 +47,9 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from reproduce.config import ModelConfig
-from reproduce.model.encoder_decoder import EncoderDecoder
+from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
 from reproduce.model.recurrent_attention import global_attention
 from reproduce.model.token_layout import TokenLayout
-from reproduce.model.transformer import DecoderCache
 
 INITIAL_RANGE = 0.1  # Luong et al. 2015, section 4.1: uniform in [-0.1, 0.1]
 

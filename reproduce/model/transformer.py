@@ -13,12 +13,12 @@ has no padding to skip and keeps the ``[B, T, d_model]`` form.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
-from reproduce.model.encoder_decoder import EncoderDecoder
+from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.positional import LearnedPositions, SinusoidalPositions
 from reproduce.model.token_layout import TokenLayout
@@ -39,21 +39,6 @@ class EncoderOutput:
         """Rows ``indices`` (e.g. each sentence repeated beam_size times)."""
         layout = self.layout.select(indices)
         return EncoderOutput(layout.unpad(self.memory.index_select(0, indices)), layout)
-
-
-@dataclass
-class DecoderCache:
-    """Keys and values of the decoded prefix, per decoder layer (incremental decoding)."""
-
-    layers: list[dict] = field(default_factory=list)
-    length: int = 0  # positions decoded so far
-
-    def reorder(self, indices: Tensor) -> None:
-        """Keep rows ``indices`` of every cached tensor (beam search's surviving hypotheses)."""
-        for layer in self.layers:
-            for attention in layer.values():
-                for name, tensor in attention.items():
-                    attention[name] = tensor.index_select(0, indices)
 
 
 class Transformer(EncoderDecoder):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.model.architectures import Seq2Seq
+from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.training import distributed
 from reproduce.training.batching import collate, evaluation_batches
 from reproduce.training.loss import negative_log_likelihood
@@ -14,7 +14,7 @@ from reproduce.training.loss import negative_log_likelihood
 
 @torch.no_grad()
 def corpus_negative_log_likelihood(
-    model: Seq2Seq, corpus: EncodedCorpus, max_tokens: int, device: torch.device
+    model: TranslationModel, corpus: EncodedCorpus, max_tokens: int, device: torch.device
 ) -> tuple[float, int]:
     """Summed NLL and number of predicted tokens (every word-piece and EOS, never padding)."""
     was_training = model.training

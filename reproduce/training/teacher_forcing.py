@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from reproduce.model.architectures import Seq2Seq
+from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.model.token_layout import TokenLayout
 
 
@@ -22,7 +22,7 @@ class TeacherForcedStates(nn.Module):
     """``forward(source [B, S], target_input [B, T], source_index [M], target_index [N])`` ->
     decoder states at the N target tokens ``[N, d_model]``."""
 
-    def __init__(self, model: Seq2Seq):
+    def __init__(self, model: TranslationModel):
         super().__init__()
         self.model = model
 
