@@ -32,7 +32,8 @@ INTERNAL_RAISES = {
         "argparse reports it as the usage error of the option",
     ("reproduce/cli.py", "checkpoint_file", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
-    ("reproduce/config.py", "_ConfigLoader._refuse_duplicate_keys", "yaml.constructor.ConstructorError"):
+    ("reproduce/config.py", "_ConfigLoader._refuse_duplicate_keys",
+     "yaml.constructor.ConstructorError"):
         "PyYAML's own error, turned into a ConfigError naming the line by read_yaml",
     ("reproduce/data/download.py", "_fetch_with_retries", "AssertionError"):
         "unreachable: the retry loop returns or raises a DownloadError",
@@ -74,7 +75,8 @@ class _Walker(ast.NodeVisitor):
         self.factories: dict[str, str] = {}  # function -> the exception class it returns
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self.classes[node.name] = [name.rsplit(".", 1)[-1] for base in node.bases if (name := _name(base))]
+        self.classes[node.name] = [name.rsplit(".", 1)[-1]
+                                   for base in node.bases if (name := _name(base))]
         self.scope.append(node.name)
         self.generic_visit(node)
         self.scope.pop()
@@ -116,7 +118,7 @@ def _walk_package() -> tuple[list[Raise], dict[str, list[str]], dict[tuple[str, 
         walker.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
         raises += walker.raises
         for name, bases in walker.classes.items():
-            assert name not in classes or not name.endswith("Error"), f"{module}: {name} defined twice"
+            assert name not in classes or not name.endswith("Error"), f"{module}: {name} twice"
             classes[name] = bases
         factories |= {(module, name): returned for name, returned in walker.factories.items()}
     return raises, classes, factories
@@ -124,7 +126,8 @@ def _walk_package() -> tuple[list[Raise], dict[str, list[str]], dict[tuple[str, 
 
 def _is_expected(name: str, classes: dict[str, list[str]]) -> bool:
     """Whether the package's class ``name`` derives from ReproduceError."""
-    return name == "ReproduceError" or any(_is_expected(base, classes) for base in classes.get(name, []))
+    bases = classes.get(name, [])
+    return name == "ReproduceError" or any(_is_expected(base, classes) for base in bases)
 
 
 def _is_private_control_flow(raised: Raise, classes: dict[str, list[str]]) -> bool:
@@ -139,10 +142,13 @@ def test_every_raise_is_an_expected_error_a_re_raise_or_a_known_internal_one():
         if raised.exception is None:
             continue
         exception = factories.get((raised.module, raised.exception), raised.exception)
-        if _is_expected(exception.rsplit(".", 1)[-1], classes) or _is_private_control_flow(raised, classes):
+        if _is_expected(exception.rsplit(".", 1)[-1], classes):
+            continue
+        if _is_private_control_flow(raised, classes):
             continue
         if (raised.module, raised.function, exception) not in INTERNAL_RAISES:
-            unexplained.append(f"{raised.module}:{raised.line} in {raised.function}: raise {exception}")
+            where = f"{raised.module}:{raised.line} in {raised.function}"
+            unexplained.append(f"{where}: raise {exception}")
     assert unexplained == [], (
         "raise a ReproduceError subclass (reproduce/errors.py) for what a user can fix; list an "
         "internal raise in INTERNAL_RAISES with its reason"
@@ -151,7 +157,8 @@ def test_every_raise_is_an_expected_error_a_re_raise_or_a_known_internal_one():
 
 def test_the_internal_raises_listed_still_exist():
     raises, _, factories = _walk_package()
-    found = {(r.module, r.function, factories.get((r.module, r.exception or ""), r.exception)) for r in raises}
+    found = {(r.module, r.function, factories.get((r.module, r.exception or ""), r.exception))
+             for r in raises}
     assert set(INTERNAL_RAISES) - found == set()
 
 
