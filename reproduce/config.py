@@ -351,7 +351,7 @@ class TablesConfig(Strict):
     # recurrent baseline (a variant with model.architecture: rnn), shown beside them.
     table2: dict[Literal["base", "big", "rnn"], str] = {}
     # Rate per GPU for the paper-style FLOPs estimate. None (the default): the datasheet peak of
-    # the GPU that ran, at its training precision (reproduce/tables/gpu_peak_rates.py; the
+    # the GPU that ran, at its training precision (reproduce/gpu_peak_rates.py; the
     # paper's P100 = 9.5e12). Set it to force one rate for every run.
     gpu_flops_per_second: float | None = Field(default=None, gt=0)
     # Which of the paper's language pairs our numbers are shown beside.

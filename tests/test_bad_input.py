@@ -24,11 +24,11 @@ import yaml
 from reproduce.config import BpeConfig, ModelConfig, Source, load_experiment, trained_settings
 from reproduce.data.bpe import train_sentencepiece
 from reproduce.data.download import file_name
-from reproduce.data.encoded import write_encoded
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.model.transformer import Transformer
 from reproduce.training.checkpoints import save_checkpoint
 from tests.corpus_archives import write_tgz, write_tgz_bytes
+from tests.training_fixtures import write_encoded
 from tests.local_http_server import serving
 
 ROOT = Path(__file__).resolve().parents[1]

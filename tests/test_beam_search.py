@@ -4,11 +4,34 @@ import itertools
 
 import pytest
 import torch
+from torch import Tensor
 
 from reproduce.config import ModelConfig
-from reproduce.decoding.beam_search import beam_search, greedy_search, length_penalty
+from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, beam_search,
+                                            length_penalty)
 from reproduce.model.architectures import Seq2Seq, build_model
+from reproduce.model.encoder_decoder import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
+
+
+@torch.inference_mode()
+def greedy_search(model: Seq2Seq, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
+    """Arg-max decoding with the same length limit (the reference for beam size 1)."""
+    model.eval()
+    batch, device = source.size(0), source.device
+    encoded = model.encode(source)
+    max_lengths = _max_output_lengths(source, max_length_offset)
+    tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    cache = DecoderCache()
+    for step in range(1, int(max_lengths.max()) + 1):
+        log_probs = _next_token_log_probs(model, tokens[:, -1], encoded, cache, step, max_lengths)
+        chosen = log_probs.argmax(dim=-1).masked_fill(ended, PAD)
+        tokens = torch.cat([tokens, chosen.unsqueeze(1)], dim=1)
+        ended |= chosen.eq(EOS)
+        if bool(ended.all()):
+            break
+    return [[token for token in row[1:] if token not in (EOS, PAD)] for row in tokens.tolist()]
 
 VOCAB = 7  # PAD, UNK, BOS, EOS and three word-pieces
 GENERATABLE = [UNK, 4, 5, 6]

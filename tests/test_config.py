@@ -251,3 +251,29 @@ def test_table2_rows_name_variants_of_their_architecture(tmp_path, role, variant
     path = _write_tiny_with(tmp_path, lambda raw: raw["tables"]["table2"].update({role: variant}))
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_experiment(path)
+
+
+def test_variant_overrides_merge_into_nested_sections_key_by_key():
+    """Deep, at every depth: a merge of one level would replace a nested mapping whole."""
+    from reproduce.config import _deep_merge
+
+    base = {"training": {"checkpoints": {"every_steps": 50, "keep_last": 5}, "steps": 100}}
+    merged = _deep_merge(base, {"training": {"checkpoints": {"keep_last": 7}}})
+    assert merged == {"training": {"checkpoints": {"every_steps": 50, "keep_last": 7}, "steps": 100}}
+    assert base["training"]["checkpoints"]["keep_last"] == 5  # the base is left as it was
+
+
+def test_a_variant_overriding_one_nested_key_keeps_the_bases_others(tmp_path):
+    path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["base"].setdefault(
+        "training", {}).update(checkpoints={"keep_last": 7}))
+    checkpoints = load_experiment(path).variant("base").training.checkpoints
+    assert (checkpoints.keep_last, checkpoints.every_steps, checkpoints.every_minutes) == (7, 50, 0)
+
+
+def test_another_seed_trains_other_weights_so_a_checkpoint_cannot_be_resumed_with_it():
+    from reproduce.config import fingerprint
+
+    variant = load_experiment(ROOT / "configs/tiny.yaml").variant("base")
+    reseeded = variant.model_copy(update={"training": variant.training.model_copy(update={"seed": 7})})
+    assert trained_settings(variant)["training.seed"] == variant.training.seed
+    assert fingerprint(trained_settings(reseeded)) != fingerprint(trained_settings(variant))

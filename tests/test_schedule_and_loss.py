@@ -4,10 +4,19 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 
 from reproduce.special_tokens import PAD
-from reproduce.training.loss import label_smoothed_loss, negative_log_likelihood, smoothed_target_distribution
+from reproduce.training.loss import label_smoothed_loss, negative_log_likelihood
 from reproduce.training.schedule import learning_rate
+
+
+def smoothed_target_distribution(targets: Tensor, vocab_size: int, epsilon: float) -> Tensor:
+    """The distribution :func:`label_smoothed_loss` compares against, ``[N, V]``, written out."""
+    distribution = torch.full((targets.numel(), vocab_size), epsilon / (vocab_size - 2))
+    distribution[:, PAD] = 0.0
+    distribution.scatter_(1, targets.reshape(-1, 1), 1.0 - epsilon)
+    return distribution
 
 
 @pytest.mark.parametrize("step, expected", [

@@ -16,11 +16,12 @@ import yaml
 
 from reproduce.config import Cleaning, ConfigError, Source, load_experiment, read_yaml
 from reproduce.data.download import file_name
-from reproduce.data.encoded import EncodedCorpus, write_encoded
+from reproduce.data.encoded import EncodedCorpus
 from reproduce.data.prepare import prepare_split
 from reproduce.data.text import NotJsonError, read_lines
 from tests.corpus_archives import sgm, write_tgz_bytes
 from tests.project_copy import copy_workflow
+from tests.training_fixtures import write_encoded
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,10 +9,17 @@ import pytest
 import torch
 
 from reproduce.config import load_experiment
-from reproduce.data.encoded import write_encoded
+from reproduce.data.encoded import EncodedCorpusWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 40
+
+
+def write_encoded(out_dir: Path, vocab_size: int, pairs: list[tuple[list[int], list[int]]]) -> None:
+    """Write a small corpus in one go."""
+    writer = EncodedCorpusWriter(out_dir, vocab_size, {})
+    writer.write([source for source, _ in pairs], [target for _, target in pairs])
+    writer.close()
 
 
 def random_corpus(directory: Path, pairs: int, seed: int) -> Path:

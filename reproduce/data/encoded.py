@@ -97,10 +97,3 @@ class EncodedCorpus:
     def _slice(self, side: str, index: int) -> np.ndarray:
         offsets = self._offsets[side]
         return np.asarray(self._tokens[side][offsets[index] : offsets[index + 1]], dtype=np.int64)
-
-
-def write_encoded(out_dir: Path, vocab_size: int, pairs: list[tuple[list[int], list[int]]]) -> None:
-    """Write a small corpus in one go (tests, tools)."""
-    writer = EncodedCorpusWriter(out_dir, vocab_size, {})
-    writer.write([source for source, _ in pairs], [target for _, target in pairs])
-    writer.close()

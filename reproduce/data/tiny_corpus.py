@@ -34,7 +34,6 @@ VERBS = (
 ).split()
 PREPOSITIONS = "near behind under above beside with without".split()
 ADVERBS = "today often slowly quickly again never always".split()
-DETERMINERS = ("the", "a")
 
 _TARGET_DETERMINERS = {  # (definite, gender, plural) -> target word
     (True, "m", False): "lo", (True, "f", False): "la", (True, "n", False): "lu",

@@ -155,23 +155,3 @@ def beam_search(
                 break
             search.keep(torch.nonzero(~done).squeeze(1))
     return best
-
-
-@torch.inference_mode()
-def greedy_search(model: TranslationModel, source: Tensor, max_length_offset: int = 50) -> list[list[int]]:
-    """Arg-max decoding with the same length limit (the reference for beam size 1)."""
-    model.eval()
-    batch, device = source.size(0), source.device
-    encoded = model.encode(source)
-    max_lengths = _max_output_lengths(source, max_length_offset)
-    tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=device)
-    ended = torch.zeros(batch, dtype=torch.bool, device=device)
-    cache = DecoderCache()
-    for step in range(1, int(max_lengths.max()) + 1):
-        log_probs = _next_token_log_probs(model, tokens[:, -1], encoded, cache, step, max_lengths)
-        chosen = log_probs.argmax(dim=-1).masked_fill(ended, PAD)
-        tokens = torch.cat([tokens, chosen.unsqueeze(1)], dim=1)
-        ended |= chosen.eq(EOS)
-        if bool(ended.all()):
-            break
-    return [[token for token in row[1:] if token not in (EOS, PAD)] for row in tokens.tolist()]

@@ -7,7 +7,7 @@ The training cost is given two ways:
 
 * the paper's estimate (Table 2, footnote): training time x number of GPUs x a sustained rate
   per GPU, i.e. GPU-hours x 3600 x the peak rate of the GPU that ran, at the precision it trained
-  in (:mod:`reproduce.tables.gpu_peak_rates`; the paper used 9.5e12 for its P100s), or
+  in (:mod:`reproduce.gpu_peak_rates`; the paper used 9.5e12 for its P100s), or
   ``tables.gpu_flops_per_second`` when that is set;
 * the exact count the trainer records (``training_flops`` of ``summary.json``): every step's
   forward and backward FLOPs from its pairs' real lengths (:mod:`reproduce.model.flops`), for
@@ -158,7 +158,7 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
         "ran (rate basis), at its training precision: fp32 = the FP32 peak without tensor cores, "
         "bf16 = the dense BF16 tensor-core peak; tables.gpu_flops_per_second, when set, "
         "overrides it. — for runs without GPU time, and for a GPU/precision not in "
-        "reproduce/tables/gpu_peak_rates.py (rate basis says 'unknown'; set "
+        "reproduce/gpu_peak_rates.py (rate basis says 'unknown'; set "
         "tables.gpu_flops_per_second to estimate it).",
         "FLOPs (exact count): the training FLOPs the trainer counted step by step from each "
         "pair's real source and target lengths (summary.json's training_flops; "

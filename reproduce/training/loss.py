@@ -15,14 +15,6 @@ from torch import Tensor
 from reproduce.special_tokens import PAD
 
 
-def smoothed_target_distribution(targets: Tensor, vocab_size: int, epsilon: float) -> Tensor:
-    """The distribution the loss compares against, ``[N, V]`` (for tests and inspection)."""
-    distribution = torch.full((targets.numel(), vocab_size), epsilon / (vocab_size - 2))
-    distribution[:, PAD] = 0.0
-    distribution.scatter_(1, targets.reshape(-1, 1), 1.0 - epsilon)
-    return distribution
-
-
 def label_smoothed_loss(logits: Tensor, targets: Tensor, epsilon: float) -> tuple[Tensor, int]:
     """Summed ``-sum_k q(k) log p(k)`` over non-padding targets, and their count.
 

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.errors import CheckpointError, ConfigError, ReproduceError
+from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
 from reproduce.records import read_records, write_records
@@ -126,12 +126,7 @@ class Trainer:
         self.dev_corpus = EncodedCorpus.open(dev_dir)
         self.vocab_size = self.train_corpus.vocab_size
 
-        t = self.training
-        if t.micro_batches_per_step % self.world:
-            raise ConfigError(
-                f"training.micro_batches_per_step ({t.micro_batches_per_step}) is not a multiple of "
-                f"the number of ranks ({self.world}): every rank must get the same share of a step"
-            )
+        t = self.training  # launch checks that the ranks share a step evenly (_check_partition)
         checkpoint = self._checkpoint_to_resume()
         self.precision = self._choose_precision(checkpoint)
         torch.manual_seed(t.seed)  # identical initial weights on every rank
