@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import logging
 import sys
 import traceback
@@ -40,10 +39,9 @@ def _variant(experiment: Experiment, args: argparse.Namespace) -> ResolvedVarian
 
 
 def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    temporary.replace(path)
+    from reproduce.data.text import write_json
+
+    write_json(path, payload)
 
 
 def _set_threads(threads: int) -> None:
@@ -180,52 +178,19 @@ def cmd_decode(args: argparse.Namespace) -> None:
     )
 
 
-def _task_scores(experiment: Experiment, args: argparse.Namespace, trees_out: Path) -> dict:
-    """BLEU for translation; labelled-bracket F1 of the repaired trees for parsing."""
-    if experiment.task == "parsing":
-        from reproduce.scoring.parsing import score_parses
-
-        if args.source is None:
-            raise UsageError("--source is required for a parsing experiment (the input words)")
-        return score_parses(Path(args.translations), Path(args.source), Path(args.reference),
-                            trees_out=trees_out)
-    from reproduce.scoring.bleu import score_translations
-
-    return score_translations(
-        Path(args.translations), Path(args.reference), experiment.target_lang,
-        compound_split=experiment.scoring.compound_split,
-    )
-
-
-# Scores logged to MLflow as `<split>_<checkpoint>_<name>`, by task.
-LOGGED_SCORES = {"translation": ("sacrebleu", "tokenized_bleu", "perplexity"),
-                 "parsing": ("f1", "exact_match", "repaired_sentences", "perplexity")}
-
-
 def cmd_score(args: argparse.Namespace) -> None:
     experiment = _experiment(args)
     _variant(experiment, args)
-    from reproduce.scoring.perplexity import checkpoint_perplexity
-    from reproduce.tracking import find_variant_run, prepare_store
+    from reproduce.scoring.scores import score_split
+    from reproduce.tracking import prepare_store
 
     prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
-    out = Path(args.out)
-    trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
-    scores = {"split": args.split, "checkpoint": args.checkpoint_name}
-    scores |= _task_scores(experiment, args, trees)
-    scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
-    _write_json(out, scores)
-    run = find_variant_run(Path(args.results), experiment.name, args.variant)
-    if run is not None:
-        prefix = f"{args.split}_{args.checkpoint_name}"
-        run.log_metrics({f"{prefix}_{name}": scores[name]
-                         for name in LOGGED_SCORES[experiment.task]}, step=0)
-        run.log_artifact(Path(args.translations), "translations")
-        if trees.exists():
-            run.log_artifact(trees, "trees")
-        run.log_artifact(out, "scores")
-    log.info("%s", json.dumps(scores))
+    score_split(experiment, args.variant, args.split, args.checkpoint_name,
+                translations=Path(args.translations), reference=Path(args.reference),
+                source=None if args.source is None else Path(args.source),
+                checkpoint=Path(args.checkpoint), encoded=Path(args.encoded),
+                results=Path(args.results), out=Path(args.out))
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:

@@ -1,0 +1,65 @@
+"""The scores of one split of a variant, as ``reproduce score`` writes and logs them.
+
+What is scored depends on the task: BLEU (sacreBLEU and the paper's tokenized BLEU) of the
+translations, or for parsing the labelled-bracket F1 of the repaired trees; perplexity of the
+checkpoint on the encoded split in both. The scores go to a JSON file and, when the variant has
+an MLflow run, to that run as ``<split>_<checkpoint>_<name>`` metrics with the files as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from reproduce.config import Experiment
+from reproduce.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+# Scores logged to MLflow as `<split>_<checkpoint>_<name>`, by task.
+LOGGED_SCORES = {"translation": ("sacrebleu", "tokenized_bleu", "perplexity"),
+                 "parsing": ("f1", "exact_match", "repaired_sentences", "perplexity")}
+
+
+def task_scores(experiment: Experiment, translations: Path, reference: Path,
+                source: Path | None, trees_out: Path) -> dict:
+    """BLEU for translation; labelled-bracket F1 of the repaired trees for parsing."""
+    if experiment.task == "parsing":
+        from reproduce.scoring.parsing import score_parses
+
+        if source is None:
+            raise UsageError("--source is required for a parsing experiment (the input words)")
+        return score_parses(translations, source, reference, trees_out=trees_out)
+    from reproduce.scoring.bleu import score_translations
+
+    return score_translations(translations, reference, experiment.target_lang,
+                              compound_split=experiment.scoring.compound_split)
+
+
+def score_split(experiment: Experiment, variant: str, split: str, checkpoint_name: str, *,
+                translations: Path, reference: Path, source: Path | None, checkpoint: Path,
+                encoded: Path, results: Path, out: Path) -> dict:
+    """Score ``translations`` (from ``checkpoint``, named ``checkpoint_name``) against
+    ``reference``, write the scores to ``out`` (parsing: the repaired trees beside it, ``.trees``)
+    and log them to the variant's MLflow run if it has one."""
+    from reproduce.data.text import write_json
+    from reproduce.scoring.perplexity import checkpoint_perplexity
+    from reproduce.tracking import find_variant_run
+
+    trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
+    scores = {"split": split, "checkpoint": checkpoint_name}
+    scores |= task_scores(experiment, translations, reference, source, trees)
+    scores |= checkpoint_perplexity(checkpoint, encoded)
+    write_json(out, scores)
+    run = find_variant_run(results, experiment.name, variant)
+    if run is not None:
+        prefix = f"{split}_{checkpoint_name}"
+        run.log_metrics({f"{prefix}_{name}": scores[name]
+                         for name in LOGGED_SCORES[experiment.task]}, step=0)
+        run.log_artifact(translations, "translations")
+        if trees.exists():
+            run.log_artifact(trees, "trees")
+        run.log_artifact(out, "scores")
+    log.info("%s", json.dumps(scores))
+    return scores
