@@ -250,11 +250,10 @@ def cmd_table1(args: argparse.Namespace) -> None:
     lengths = _integers(args.lengths, "--lengths")
     if any(n <= 0 for n in lengths):
         raise UsageError(f"--lengths {args.lengths}: expected positive sequence lengths")
-    if args.d_model <= 0 or args.d_model % 8:
+    if args.d_model % 8:  # positive already (its argparse type)
         raise UsageError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
-    if args.kernel <= 0 or args.kernel % 2 == 0 or args.radius < 0:
-        raise UsageError(f"--kernel {args.kernel} must be odd and positive (same padding) and "
-                         f"--radius {args.radius} non-negative")
+    if args.kernel % 2 == 0:  # positive already (its argparse type), as is --radius
+        raise UsageError(f"--kernel {args.kernel} must be odd and positive (same padding)")
     for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
                               args.radius, args.threads, args.min_run_time):
         print(path)
