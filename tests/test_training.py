@@ -157,3 +157,16 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     for name, tensor in a.items():
         mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
         assert torch.allclose(tensor[~mask], b[name][~mask], atol=1e-5), name
+
+
+def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(tmp_path):
+    """A checkpoint records the sha256 of the sentencepiece model its train split was encoded
+    with (the split's meta.json), so decoding and scoring can refuse other pieces of equal count."""
+    train, dev = random_corpus(tmp_path / "train", 60, seed=1), random_corpus(tmp_path / "dev", 6, seed=2)
+    meta = json.loads((train / "meta.json").read_text())
+    (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
+    Trainer(small_variant(steps=6), "t", train, dev, tmp_path / "run").run()
+    average_last(tmp_path / "run/checkpoints", 2, tmp_path / "averaged.pt")
+    for path in [*list_checkpoints(tmp_path / "run/checkpoints"), tmp_path / "run/train/final.pt",
+                 tmp_path / "averaged.pt"]:
+        assert load_checkpoint(path)["spm_model_sha256"] == "ab" * 32, path

@@ -186,7 +186,8 @@ class Trainer:
     def _identity(self) -> dict:
         """What rebuilds the model and tells which settings trained it."""
         return {"model_config": self.config.model_dump(mode="json"), "vocab_size": self.vocab_size,
-                "settings": self.settings, "fingerprint": fingerprint(self.settings)}
+                "settings": self.settings, "fingerprint": fingerprint(self.settings),
+                "spm_model_sha256": self.train_corpus.meta.get("spm_model_sha256")}
 
     def _checkpoint_to_resume(self) -> tuple[Path, dict] | None:
         """The newest good checkpoint, checked to be of this run's settings; None: start afresh."""
