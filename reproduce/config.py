@@ -157,6 +157,12 @@ class ModelConfig(Strict):
     # models; cross-attention is never restricted.
     attention_radius: int | None = Field(default=None, ge=0)
 
+    @property
+    def position_limit(self) -> int | None:
+        """Most positions a sequence may have: ``max_positions`` for learned positions, which
+        have no embedding beyond it; None for sinusoids and LSTMs, which have no limit."""
+        return self.max_positions if self.positional == "learned" else None
+
     @model_validator(mode="after")
     def _recurrent_settings_an_rnn_can_honour(self) -> "ModelConfig":
         if self.architecture != "rnn":

@@ -10,6 +10,7 @@ for the right result in test_download.py, test_prepare.py and below (decode's li
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -62,7 +63,9 @@ class World:
     experiment: Path
     spm: Path
     other_spm: Path
+    same_size_spm: Path
     checkpoint: Path
+    learned_checkpoint: Path
     mixed_checkpoints: Path
     encoded: Path
     text: Path
@@ -71,20 +74,23 @@ class World:
 SMALL_MODEL = {"layers": 1, "d_ff": 32, "heads": 2, "d_k": 8, "d_v": 8, "max_positions": 64}
 
 
-def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int, settings: dict | None = None) -> Path:
-    """A verified checkpoint (sha256 sidecar) of a small model trained with ``settings``."""
-    config = ModelConfig(d_model=d_model, **SMALL_MODEL)
+def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int, settings: dict | None = None,
+                spm: Path | None = None, **model) -> Path:
+    """A verified checkpoint (sha256 sidecar) of a small model trained with ``settings`` on the
+    pieces of ``spm``."""
+    config = ModelConfig(d_model=d_model, **(SMALL_MODEL | model))
     torch.manual_seed(0)
-    model = Transformer(config, vocab_size)
-    save_checkpoint({"model": model.state_dict(), "model_config": config.model_dump(),
-                     "vocab_size": vocab_size, "step": step,
-                     "settings": settings or {"model.d_model": d_model}}, path)
+    state = {"model": Transformer(config, vocab_size).state_dict(), "model_config": config.model_dump(),
+             "vocab_size": vocab_size, "step": step, "settings": settings or {"model.d_model": d_model}}
+    if spm is not None:
+        state["spm_model_sha256"] = hashlib.sha256(spm.read_bytes()).hexdigest()
+    save_checkpoint(state, path)
     return path
 
 
-def _trained_with(experiment_file: Path) -> dict:
+def _trained_with(experiment_file: Path, variant: str = "base") -> dict:
     experiment = load_experiment(experiment_file)
-    return trained_settings(experiment.variant("base"), experiment)
+    return trained_settings(experiment.variant(variant), experiment)
 
 
 def _experiment(path: Path, sources: dict[str, list[dict]], base: str = "tiny") -> Path:
@@ -108,6 +114,11 @@ def world(tmp_path_factory):
     (root / "train.tgt").write_text("".join(t + "\n" for _, t in pairs))
     spm = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=120), root / "spm")
     other = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=90), root / "other")
+    # As many pieces as `spm`, learned from other text: only the checkpoint's record tells them apart.
+    (root / "shuffled.src").write_text("".join(s[::-1] + "\n" for s, _ in pairs))
+    (root / "shuffled.tgt").write_text("".join(t[::-1] + "\n" for _, t in pairs))
+    same_size = train_sentencepiece(root / "shuffled.src", root / "shuffled.tgt", BpeConfig(vocab_size=120),
+                                    root / "same-size")
     write_encoded(root / "encoded", 120, [([5, 6], [7, 8])])
     mixed = root / "mixed"
     _checkpoint(mixed / "step_00000010.pt", 120, 16, 10)
@@ -121,8 +132,11 @@ def world(tmp_path_factory):
             {"name": "wrong_sum", "url": f"{url}/corpus.tgz", "sha256": "0" * 64, **member},
             {"name": "right", "url": f"{url}/corpus.tgz", "sha256": digest, **member},
         ]})
-        yield World(root=root, experiment=experiment, spm=spm, other_spm=other,
-                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10, _trained_with(experiment)),
+        yield World(root=root, experiment=experiment, spm=spm, other_spm=other, same_size_spm=same_size,
+                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10, _trained_with(experiment), spm),
+                    learned_checkpoint=_checkpoint(root / "learned.pt", 120, 16, 10,
+                                                   _trained_with(experiment, "E_learned"), spm,
+                                                   positional="learned"),
                     mixed_checkpoints=mixed,
                     encoded=root / "encoded", text=root / "train.src")
 
@@ -162,6 +176,12 @@ def _foreign_zip(world: World) -> Path:
 def _latin1(world: World) -> Path:
     path = world.root / "latin1.txt"
     path.write_bytes("a b\nc d\nGr\xfc\xdfe\n".encode("latin-1"))
+    return path
+
+
+def _long_line(world: World) -> Path:
+    path = world.root / "long.txt"
+    path.write_text("a b\n" + " ".join(["the"] * 80) + "\n")
     return path
 
 
@@ -212,9 +232,27 @@ def _score(world: World, hypotheses: int = 3, encoded: Path | None = None) -> li
             "--out", world.root / "scores.json"]
 
 
-def _encoded_with_vocabulary(world: World, vocab_size: int) -> Path:
-    path = world.root / f"encoded-{vocab_size}"
-    write_encoded(path, vocab_size, [([5, 6], [7, 8])])
+def _encoded_with_vocabulary(world: World, vocab_size: int, pairs: int = 1) -> Path:
+    path = world.root / f"encoded-{vocab_size}-{pairs}"
+    write_encoded(path, vocab_size, [([5, 6], [7, 8])] * pairs)
+    return path
+
+
+def _encoded_with_other_pieces(world: World) -> Path:
+    """An encoded split whose record names another sentencepiece model than the checkpoint's."""
+    path = world.root / "encoded-other-pieces"
+    write_encoded(path, 120, [([5, 6], [7, 8])])
+    meta = json.loads((path / "meta.json").read_text())
+    meta["spm_model_sha256"] = hashlib.sha256(world.same_size_spm.read_bytes()).hexdigest()
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def _many_characters(world: World) -> Path:
+    """Text of 300 distinct characters, more than a vocabulary of 100 pieces can hold."""
+    path = world.root / "characters.txt"
+    path.write_text("".join("".join(chr(0x4E00 + (7 * line + i) % 300) for i in range(40)) + "\n"
+                            for line in range(300)))
     return path
 
 
@@ -263,6 +301,18 @@ CASES = [
      lambda w: ["--experiment", w.experiment, "--source", _lines(w, "empty.src", 0),
                 "--target", _lines(w, "empty.tgt", 0), "--model-prefix", w.root / "bpe/spm"],
      ["empty.src", "empty"]),
+    ("train-bpe-vocabulary-below-characters", "train-bpe",
+     lambda w: ["--experiment", _bad_experiment(w, lambda raw: raw["bpe"].update(vocab_size=100)),
+                "--source", _many_characters(w), "--target", _many_characters(w),
+                "--model-prefix", w.root / "bpe/small"],
+     ["characters.txt", "bpe.vocab_size=100", "Vocabulary size is smaller than required_chars"]),
+    ("train-empty-train-split", "train",
+     lambda w: _train(w, **{"--train-data": _encoded_with_vocabulary(w, 120, pairs=0)}),
+     ["encoded-120-0", "train split holds no sentence pair"]),
+    ("train-model-too-large-for-memory", "train",
+     lambda w: _train(w, **{"--experiment": _bad_experiment(
+         w, lambda raw: raw["model"].update(d_model=32768, d_ff=2**24))}),
+     ["variant base", "d_model=32768", "GiB for its weights", "GiB free"]),
     ("encode-missing-spm-model", "encode",
      lambda w: ["--spm-model", w.root / "no.model", "--source", w.text, "--target", w.text,
                 "--out-dir", w.root / "enc"], ["--spm-model", "no.model", "no such file"]),
@@ -289,7 +339,9 @@ CASES = [
     ("score-line-counts-differ", "score", _score, ["hyp.txt has 3 lines", "ref.txt has 4"]),
     ("score-encoded-vocabulary-mismatch", "score",
      lambda w: _score(w, hypotheses=4, encoded=_encoded_with_vocabulary(w, 90)),
-     ["encoded-90", "vocabulary of 90", "one of 120"]),
+     ["encoded-90", "90 pieces", "vocabulary of 120"]),
+    ("score-encoded-with-other-pieces", "score", lambda w: _score(w, hypotheses=4, encoded=_encoded_with_other_pieces(w)),
+     ["encoded-other-pieces", "another sentencepiece model", "model.pt"]),
     # Experiment files
     ("experiment-missing", "decode", lambda w: _decode(w, **{"--experiment": w.root / "none.yaml"}),
      ["none.yaml", "cannot read"]),
@@ -312,6 +364,12 @@ CASES = [
     # Sentencepiece model and source text given to decode
     ("decode-spm-vocabulary-mismatch", "decode", lambda w: _decode(w, **{"--spm-model": w.other_spm}),
      ["other.model", "90 pieces", "vocabulary of 120"]),
+    ("decode-spm-other-pieces-same-size", "decode", lambda w: _decode(w, **{"--spm-model": w.same_size_spm}),
+     ["same-size.model", "another sentencepiece model", "model.pt"]),
+    ("decode-line-longer-than-learned-positions", "decode",
+     lambda w: _decode(w, **{"--variant": "E_learned", "--checkpoint": w.learned_checkpoint,
+                             "--source": _long_line(w)}),
+     ["long.txt line 2", "model.max_positions=64"]),
     ("decode-source-not-utf8", "decode", lambda w: _decode(w, **{"--source": _latin1(w)}),
      ["latin1.txt", "line 3", "not UTF-8"]),
     ("decode-source-missing", "decode", lambda w: _decode(w, **{"--source": w.root / "none.txt"}),

@@ -65,23 +65,22 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
     assert np.all(full.min(axis=1) > 0.6 * budget)  # the other side is close too (lengths correlate)
 
 
-def test_device_passes_repack_a_share_into_as_few_passes_as_fit(tmp_path):
+def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
-    micro = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 40, 120, 256)
-    share = micro[::7][:8]  # micro-batches of different lengths, as a shuffled step has
+    micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 1200, 2560)[3]
 
     def padded(indices):
         return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
                    for lengths in (corpus.source_lengths, corpus.target_lengths)) * len(indices)
 
-    for max_padded, expected in ((1, len(np.concatenate(share))), (150, None), (10**6, 1)):
-        passes = device_passes(share, corpus, max_padded, multiple=4)
-        assert sorted(np.concatenate(passes).tolist()) == sorted(np.concatenate(share).tolist())
+    for max_padded, expected in ((1, len(micro_batch)), (150, None), (10**6, 1)):
+        passes = device_passes(micro_batch, corpus, max_padded, multiple=4)
+        assert sorted(np.concatenate(passes).tolist()) == sorted(micro_batch.tolist())
         assert all(padded(indices) <= max_padded for indices in passes if len(indices) > 1)
         for current, following in zip(passes, passes[1:]):  # each pass is as large as fits
             assert padded(np.append(current, following[0])) > max_padded
-        if expected is None:  # fewer passes than micro-batches
-            assert len(passes) < len(share)
+        if expected is None:
+            assert 1 < len(passes) < len(micro_batch)
         else:
             assert len(passes) == expected
 

@@ -20,7 +20,7 @@ def greedy_search(model: Seq2Seq, source: Tensor, max_length_offset: int = 50) -
     model.eval()
     batch, device = source.size(0), source.device
     encoded = model.encode(source)
-    max_lengths = _max_output_lengths(source, max_length_offset)
+    max_lengths = _max_output_lengths(source, max_length_offset, model.config.position_limit)
     tokens = torch.full((batch, 1), BOS, dtype=torch.long, device=device)
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     cache = DecoderCache()
@@ -135,3 +135,20 @@ def test_sentences_leaving_the_batch_early_do_not_change_the_others(architecture
         batch[row, : len(sentence)] = torch.tensor(sentence)
     alone = [beam_search(model, torch.tensor([s]), 4, 0.6, 4)[0] for s in sentences]
     assert beam_search(model, batch, 4, 0.6, 4) == alone
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_learned_positions_bound_the_output_length(seed):
+    """Row E's decoder has no position beyond max_positions: the search ends there with EOS
+    instead of asking the embedding for a position it does not have."""
+    torch.manual_seed(seed)
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0,
+                         positional="learned", max_positions=5)
+    model = build_model(config, VOCAB).eval()
+    with torch.no_grad():
+        model.embedding.weight[EOS] = 0.0  # EOS scores 0 against the others' large logits
+        model.embedding.weight.mul_(4.0)
+    source = torch.tensor([[4, 5, EOS]])
+    output = beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=50)[0]
+    assert len(output) + 1 <= config.max_positions  # its EOS included
+    assert len(greedy_search(model, source, max_length_offset=50)[0]) + 1 <= config.max_positions

@@ -91,6 +91,37 @@ def test_data_parallel_ranks_equal_one_rank_on_the_same_steps(corpora, one_rank,
         assert summary[key] == reference[key], key
 
 
+@pytest.mark.slow
+def test_with_dropout_the_model_does_not_depend_on_the_ranks_nor_on_a_resume_onto_others(
+        corpora, tmp_path):
+    """Dropout noise is seeded per micro-batch, not per rank: 1 and 2 gloo ranks, and runs
+    stopped on one number of ranks and requeued onto another, train the same model."""
+    from reproduce.config import load_experiment
+    from tests.training_fixtures import ROOT
+
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    variant = small_variant(steps=6, dropout=0.3)
+
+    def train(folder, ranks, stop_after_steps=None):
+        launcher = "inline" if ranks == 1 else "local"
+        launch_training(experiment, variant, *corpora, folder, tmp_path, launcher=launcher, tasks=ranks,
+                        stop_after_steps=stop_after_steps)
+
+    train(tmp_path / "one", 1)
+    train(tmp_path / "two", 2)
+    train(tmp_path / "one_then_two", 1, stop_after_steps=3)
+    train(tmp_path / "one_then_two", 2)
+    train(tmp_path / "two_then_one", 2, stop_after_steps=3)
+    train(tmp_path / "two_then_one", 1)
+    reference = _final(tmp_path / "one")["model"]
+    key_bias = _key_bias_masks(variant.model, reference)
+    for run in ("two", "one_then_two", "two_then_one"):
+        model = _final(tmp_path / run)["model"]
+        for name, tensor in reference.items():
+            mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+            assert torch.allclose(tensor[~mask], model[name][~mask], atol=1e-6), (run, name)
+
+
 def test_ranks_that_cannot_share_a_step_are_refused_before_launch(corpora, tmp_path):
     from reproduce.config import load_experiment
     from tests.training_fixtures import ROOT
@@ -157,3 +188,16 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     for name, tensor in a.items():
         mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
         assert torch.allclose(tensor[~mask], b[name][~mask], atol=1e-5), name
+
+
+def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(tmp_path):
+    """A checkpoint records the sha256 of the sentencepiece model its train split was encoded
+    with (the split's meta.json), so decoding and scoring can refuse other pieces of equal count."""
+    train, dev = random_corpus(tmp_path / "train", 60, seed=1), random_corpus(tmp_path / "dev", 6, seed=2)
+    meta = json.loads((train / "meta.json").read_text())
+    (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
+    Trainer(small_variant(steps=6), "t", train, dev, tmp_path / "run").run()
+    average_last(tmp_path / "run/checkpoints", 2, tmp_path / "averaged.pt")
+    for path in [*list_checkpoints(tmp_path / "run/checkpoints"), tmp_path / "run/train/final.pt",
+                 tmp_path / "averaged.pt"]:
+        assert load_checkpoint(path)["spm_model_sha256"] == "ab" * 32, path

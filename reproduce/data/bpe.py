@@ -14,12 +14,16 @@ import sentencepiece
 from reproduce.config import BpeConfig
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.data.text import iter_lines
-from reproduce.errors import DataError
+from reproduce.errors import ConfigError, DataError
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
 
 ENCODE_CHUNK_LINES = 200_000
+
+
+class BpeTrainingError(ConfigError):
+    """Sentencepiece cannot learn a vocabulary with the ``bpe`` settings on the train split."""
 
 
 class SentencepieceModelError(DataError):
@@ -50,9 +54,26 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
     sentencepiece.set_random_generator_seed(config.seed)
+    try:
+        _train(train_src, train_tgt, config, temporary)
+    except RuntimeError as error:  # sentencepiece's one error type: settings it cannot meet
+        raise BpeTrainingError(
+            f"{train_src}, {train_tgt}: sentencepiece cannot train with bpe.vocab_size="
+            f"{config.vocab_size} and bpe.character_coverage={config.character_coverage}: "
+            f"{_sentencepiece_reason(error)}"
+        ) from None
+    for suffix in (".model", ".vocab"):
+        Path(str(temporary) + suffix).replace(Path(str(model_prefix) + suffix))
+    model = Path(str(model_prefix) + ".model")
+    size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
+    log.info("sentencepiece model %s: %d pieces (asked for %d)", model, size, config.vocab_size)
+    return model
+
+
+def _train(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> None:
     sentencepiece.SentencePieceTrainer.train(
         input=[str(train_src), str(train_tgt)],
-        model_prefix=str(temporary),
+        model_prefix=str(model_prefix),
         vocab_size=config.vocab_size,
         model_type=config.model_type,
         character_coverage=config.character_coverage,
@@ -64,12 +85,13 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, mod
         num_threads=os.cpu_count() or 1,
         minloglevel=1,
     )
-    for suffix in (".model", ".vocab"):
-        Path(str(temporary) + suffix).replace(Path(str(model_prefix) + suffix))
-    model = Path(str(model_prefix) + ".model")
-    size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
-    log.info("sentencepiece model %s: %d pieces (asked for %d)", model, size, config.vocab_size)
-    return model
+
+
+def _sentencepiece_reason(error: RuntimeError) -> str:
+    """The sentence of sentencepiece's message that says what is wrong, without its source location
+    (``INTERNAL: src/trainer_interface.cc(638) [check] Vocabulary size is smaller ...``)."""
+    text = " ".join(str(error).split())
+    return text.rsplit("] ", 1)[-1] if "] " in text else text
 
 
 def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -> None:

@@ -34,9 +34,11 @@ def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _max_output_lengths(source: Tensor, max_length_offset: int) -> Tensor:
-    """Per sentence: real source tokens (its EOS included) + offset = most tokens incl. EOS."""
-    return source.ne(PAD).sum(dim=1) + max_length_offset
+def _max_output_lengths(source: Tensor, max_length_offset: int, position_limit: int | None) -> Tensor:
+    """Per sentence: real source tokens (its EOS included) + offset = most tokens incl. EOS, and
+    no more than the decoder has positions for (its input is BOS and all but the last token)."""
+    lengths = source.ne(PAD).sum(dim=1) + max_length_offset
+    return lengths if position_limit is None else lengths.clamp(max=position_limit)
 
 
 def _next_token_log_probs(
@@ -59,13 +61,14 @@ def _next_token_log_probs(
 class _Search:
     """The state of a batch's search, row-aligned with the sentences still searching."""
 
-    def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float, max_length_offset: int):
+    def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float,
+                 max_length_offset: int, position_limit: int | None = None):
         batch, device = source.size(0), source.device
         self.beam, self.alpha = beam, alpha
         self.sentences = torch.arange(batch, device=device)  # original index of each row
         encoded = model.encode(source)
         self.encoded = encoded.select(torch.arange(batch, device=device).repeat_interleave(beam))
-        self.max_lengths = _max_output_lengths(source, max_length_offset)  # [B]
+        self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
         self.lp_at_limit = length_penalty(self.max_lengths.float(), alpha)  # [B]
         # Live hypotheses: only beam 0 starts alive, so the first step expands a single prefix.
         self.alive_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
@@ -143,7 +146,7 @@ def beam_search(
 ) -> list[list[int]]:
     """The best hypothesis of each sentence, as token ids without BOS and EOS."""
     model.eval()
-    search = _Search(model, source, beam_size, alpha, max_length_offset)
+    search = _Search(model, source, beam_size, alpha, max_length_offset, model.config.position_limit)
     best: list[list[int]] = [[] for _ in range(source.size(0))]
     for step in range(1, int(search.max_lengths.max()) + 1):
         done = search.advance(model, step)

@@ -8,8 +8,10 @@ and a translation holding a line break of its own is an error rather than a shif
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece
@@ -33,15 +35,29 @@ class VocabularyMismatchError(DataError):
     """A sentencepiece model and a checkpoint were built with different vocabularies."""
 
 
+class SourceTooLongError(DataError):
+    """A source line has more pieces than the model has learned positions for."""
+
+
 class LineCountError(DataError):
     """A translation file would not have one line per source line."""
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """The pieces a model is about to meet: where they come from (named in errors), how many,
+    and the sha256 of the sentencepiece model that made them (None where it is not known)."""
+
+    source: str
+    size: int
+    spm_sha256: str | None
+
+
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
-               expected_settings: dict | None = None) -> Seq2Seq:
+               expected_settings: dict | None = None, vocabulary: Vocabulary | None = None) -> Seq2Seq:
     """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
     refused when ``expected_settings`` (:func:`reproduce.config.trained_settings`) differ from
-    the settings it was trained with."""
+    the settings it was trained with, or when ``vocabulary`` is not the one it was trained on."""
     state = load_checkpoint(checkpoint)
     if expected_settings is not None and state.get("settings") != expected_settings:
         differences = "; ".join(differing_settings(state.get("settings") or {}, expected_settings))
@@ -53,6 +69,8 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
         config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
     except (KeyError, ValidationError) as error:
         raise _unusable(checkpoint, error) from error
+    if vocabulary is not None:
+        _check_vocabulary(checkpoint, vocab_size, state.get("spm_model_sha256"), vocabulary)
     model = build_model(config, vocab_size)
     # What torch raises for the weights of another model (missing, unexpected or misshapen
     # tensors) is wrapped here, where the file is known; elsewhere a RuntimeError is a bug.
@@ -69,14 +87,33 @@ def _unusable(checkpoint: Path, error: Exception) -> CheckpointError:
                            f"{detail or 'no details'}")
 
 
+def _check_vocabulary(checkpoint: Path, vocab_size: int, recorded: str | None,
+                      vocabulary: Vocabulary) -> None:
+    """Same number of pieces is not the same pieces: a checkpoint also names the sentencepiece
+    model it was trained with by its sha256 (checkpoints written before it did are not checked)."""
+    if vocabulary.size != vocab_size:
+        raise VocabularyMismatchError(
+            f"{vocabulary.source}: {vocabulary.size} pieces, but {checkpoint} was trained with a "
+            f"vocabulary of {vocab_size}; use the files of its dataset"
+        )
+    if None not in (recorded, vocabulary.spm_sha256) and recorded != vocabulary.spm_sha256:
+        raise VocabularyMismatchError(
+            f"{vocabulary.source}: made with another sentencepiece model (sha256 "
+            f"{vocabulary.spm_sha256[:12]}...) than {checkpoint} was trained with "
+            f"({recorded[:12]}...); use the files of its dataset"
+        )
+
+
 def translate_sentences(
     model: Seq2Seq,
     processor: sentencepiece.SentencePieceProcessor,
     sentences: list[str],
     decoding: DecodingConfig,
     device: torch.device | str = "cpu",
+    source_name: str = "input",
 ) -> list[str]:
     encoded = [ids + [EOS] for ids in processor.encode(sentences)]
+    _check_positions(encoded, model.config.position_limit, source_name)
     order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
     translations: list[str] = [""] * len(encoded)
     batches = [
@@ -112,19 +149,29 @@ def translate_file(
     processor = load_sentencepiece(spm_model)
     sentences = read_lines(source)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(checkpoint, device, expected_settings)
-    if processor.vocab_size() != model.vocab_size:
-        raise VocabularyMismatchError(
-            f"{spm_model}: {processor.vocab_size()} pieces, but {checkpoint} was trained with a "
-            f"vocabulary of {model.vocab_size}; use the sentencepiece model of its dataset"
-        )
-    translations = translate_sentences(model, processor, sentences, decoding, device)
+    vocabulary = Vocabulary(str(spm_model), processor.vocab_size(),
+                            hashlib.sha256(spm_model.read_bytes()).hexdigest())
+    model = load_model(checkpoint, device, expected_settings, vocabulary)
+    translations = translate_sentences(model, processor, sentences, decoding, device, str(source))
     _check_one_line_each(translations, len(sentences), source)
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(out.name + ".tmp")
     with temporary.open("w", encoding="utf-8", newline="\n") as stream:
         stream.writelines(line + "\n" for line in translations)
     temporary.replace(out)
+
+
+def _check_positions(encoded: list[list[int]], limit: int | None, source_name: str) -> None:
+    """Refuse, before any decoding, a line longer than learned positions reach (row E)."""
+    if limit is None:
+        return
+    for number, ids in enumerate(encoded, start=1):
+        if len(ids) > limit:
+            raise SourceTooLongError(
+                f"{source_name} line {number}: {len(ids)} pieces (end of sentence included), more "
+                f"than the model's learned positions (model.max_positions={limit}); shorten or "
+                f"drop the line, or train with a larger max_positions"
+            )
 
 
 def _check_one_line_each(translations: list[str], expected: int, source: Path) -> None:

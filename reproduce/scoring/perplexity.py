@@ -12,19 +12,18 @@ from pathlib import Path
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.decoding.translate import VocabularyMismatchError, load_model
+from reproduce.decoding.translate import Vocabulary, load_model
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 
 
-def checkpoint_perplexity(checkpoint: Path, encoded: Path, max_tokens: int = 4096) -> dict:
+def checkpoint_perplexity(checkpoint: Path, encoded: Path, max_tokens: int = 4096,
+                          expected_settings: dict | None = None) -> dict:
+    """Perplexity of ``checkpoint`` on the split ``encoded``; refused, as decoding is, for a
+    checkpoint trained with other settings or on another sentencepiece model's pieces."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_model(checkpoint, device)
     corpus = EncodedCorpus.open(encoded)
-    if corpus.vocab_size != model.vocab_size:
-        raise VocabularyMismatchError(
-            f"{encoded}: encoded with a vocabulary of {corpus.vocab_size}, but {checkpoint} was "
-            f"trained with one of {model.vocab_size}; use the encoded split of its dataset"
-        )
+    vocabulary = Vocabulary(str(encoded), corpus.vocab_size, corpus.meta.get("spm_model_sha256"))
+    model = load_model(checkpoint, device, expected_settings, vocabulary)
     total, tokens = corpus_negative_log_likelihood(model, corpus, max_tokens, device)
     loss = total / tokens
     return {"loss_per_token": loss, "perplexity": math.exp(loss), "target_tokens": tokens}

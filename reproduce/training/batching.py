@@ -9,9 +9,9 @@ pair joins while it overshoots the budget on neither side by more than half its 
 steps land on ``tokens_per_step`` on average instead of above it. Each epoch visits the
 micro-batches in a new seeded order, and a step takes the next ``micro_batches_per_step`` of them.
 With ``W`` ranks (``W`` divides the count), rank ``r`` computes micro-batches ``r, r+W, ...``:
-the step does not depend on the number of GPUs, and no rank is ever without data. A rank
-re-packs its share by length into as few forward passes as fit ``max_tokens_per_device`` padded
-tokens per side, so one GPU does not crawl through 3k-token batches. Tensor widths are rounded up to a multiple of
+the step does not depend on the number of GPUs, and no rank is ever without data. A micro-batch
+larger than ``max_tokens_per_device`` padded tokens per side is split by length into several
+forward passes, the same on any rank. Tensor widths are rounded up to a multiple of
 ``pad_to_multiple``, which bounds the number of distinct shapes the GPU kernels see.
 """
 
@@ -115,20 +115,20 @@ def pack_micro_batches(
 
 
 def device_passes(
-    micro_batches: list[np.ndarray], corpus: EncodedCorpus, max_padded: int, multiple: int = 1
+    micro_batch: np.ndarray, corpus: EncodedCorpus, max_padded: int, multiple: int = 1
 ) -> list[np.ndarray]:
-    """One rank's share of a step, re-packed by length into few forward passes: a pass grows
-    while its padded tensors fit ``max_padded`` tokens per side (widths rounded up to
-    ``multiple``).
+    """A micro-batch's forward passes: its pairs by length, a pass growing while its padded
+    tensors fit ``max_padded`` tokens per side (widths rounded up to ``multiple``); one pass where
+    the micro-batch fits.
 
-    Padding costs a pass little: the model's matrices compute on the tokens alone
-    (:mod:`reproduce.model.token_layout`), and only attention's products see the padded batch.
-    The passes hold exactly the share's pairs, so the summed loss, hence the gradient, is that of
-    the micro-batches.
+    A pass never mixes micro-batches: a micro-batch is then computed alike on whichever rank it
+    lands, with the same tensor shapes and the same dropout noise (seeded per micro-batch), so the
+    trained model does not depend on the number of ranks. Padding costs a pass little: the
+    model's matrices compute on the tokens alone (:mod:`reproduce.model.token_layout`), and only
+    attention's products see the padded batch.
     """
-    indices = np.concatenate(micro_batches)
-    source_sizes = corpus.source_lengths[indices] + 1
-    target_sizes = corpus.target_lengths[indices] + 1
+    source_sizes = corpus.source_lengths[micro_batch] + 1
+    target_sizes = corpus.target_lengths[micro_batch] + 1
     order = np.lexsort((source_sizes, target_sizes))
     passes, start, widest_source, widest_target = [], 0, 0, 0
     for position, pair in enumerate(order):
@@ -136,10 +136,10 @@ def device_passes(
         rows = position - start + 1
         widest = max(round_up(max(widest_source, s), multiple), round_up(max(widest_target, t), multiple))
         if rows > 1 and widest * rows > max_padded:
-            passes.append(indices[order[start:position]])
+            passes.append(micro_batch[order[start:position]])
             start, widest_source, widest_target = position, 0, 0
         widest_source, widest_target = max(widest_source, s), max(widest_target, t)
-    passes.append(indices[order[start:]])
+    passes.append(micro_batch[order[start:]])
     return passes
 
 

@@ -30,10 +30,12 @@ import submitit
 import torch
 
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
+from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ConfigError
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import STOP_SIGNALS, Interruption
+from reproduce.training.preflight import check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
@@ -82,6 +84,8 @@ class TrainingTask(submitit.helpers.Checkpointable):
 
     def _train(self, interruption: Interruption) -> dict | None:
         run = None
+        vocab_size = EncodedCorpus.open(self.train_dir).vocab_size
+        check_fits(self.variant.model, vocab_size, distributed.device(), self.variant.name)
         if distributed.rank() == 0:
             from reproduce.tracking import start_training_run
 
@@ -164,6 +168,8 @@ def launch_training(
     from reproduce.tracking import prepare_store
 
     _check_partition(variant, _ranks(launcher, tasks, slurm), launcher)
+    check_not_empty(train_dir, "train")
+    check_not_empty(dev_dir, "dev")
     prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     if restart:
         with VariantLock(output_dir):

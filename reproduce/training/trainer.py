@@ -102,8 +102,10 @@ class StepOutcome(NamedTuple):
     grad_norm: torch.Tensor | None  # of the true gradient before clipping, where computed
 
 
-def _seed_step(seed: int, rank: int, step: int) -> None:
-    torch.manual_seed((seed * 1_000_003 + rank * 7_919 + step) % 2**63)
+def _seed_pass(seed: int, step: int, micro_batch: int, number: int) -> None:
+    """Dropout noise of a step's ``micro_batch``-th micro-batch, ``number``-th pass: the same on
+    any rank, hence the same model for any number of ranks and across a resume onto others."""
+    torch.manual_seed(int(np.random.SeedSequence([seed, step, micro_batch, number]).generate_state(1, np.uint64)[0]))
 
 
 class Trainer:
@@ -181,7 +183,8 @@ class Trainer:
     def _identity(self) -> dict:
         """What rebuilds the model and tells which settings trained it."""
         return {"model_config": self.config.model_dump(mode="json"), "vocab_size": self.vocab_size,
-                "settings": self.settings, "fingerprint": fingerprint(self.settings)}
+                "settings": self.settings, "fingerprint": fingerprint(self.settings),
+                "spm_model_sha256": self.train_corpus.meta.get("spm_model_sha256")}
 
     def _checkpoint_to_resume(self) -> tuple[Path, dict] | None:
         """The newest good checkpoint, checked to be of this run's settings; None: start afresh."""
@@ -287,20 +290,22 @@ class Trainer:
         group = self.stream.next_step()
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
-        _seed_step(t.seed, self.rank, attempted)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
         totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, padded positions
         dtype = autocast_dtype(self.precision)
         pin = self.device.type == "cuda"
-        passes = device_passes(group[self.rank :: self.world], self.train_corpus,
-                               t.max_tokens_per_device, t.pad_to_multiple)
+        passes = [(micro_batch, number, indices)
+                  for micro_batch in range(self.rank, len(group), self.world)
+                  for number, indices in enumerate(device_passes(group[micro_batch], self.train_corpus,
+                                                                 t.max_tokens_per_device, t.pad_to_multiple))]
         batches = [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple)
-                   for indices in passes]
-        for number, pending in enumerate(batches):
+                   for _, _, indices in passes]
+        for position, ((micro_batch, number, _), pending) in enumerate(zip(passes, batches)):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
-            last = number == len(batches) - 1  # gradients are all-reduced during the last backward
+            _seed_pass(t.seed, attempted, micro_batch, number)
+            last = position == len(batches) - 1  # gradients are all-reduced during the last backward
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
                 with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
                     states = self.forward(batch.source, batch.target_input, batch.source_index,

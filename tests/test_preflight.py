@@ -1,0 +1,53 @@
+"""What training checks before it starts: memory for the model's fixed state, read where a Slurm
+job's cgroup limits it (the command-line cases are in test_bad_input.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reproduce.config import ModelConfig
+from reproduce.model.architectures import build_model
+from reproduce.training import preflight
+
+
+def test_training_state_is_sixteen_bytes_per_parameter():
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
+    parameters = build_model(config, 50).num_parameters()
+    assert preflight.training_state_bytes(config, 50) == 16 * parameters
+
+
+@pytest.fixture
+def memory_files(tmp_path, monkeypatch):
+    cgroup, meminfo = tmp_path / "cgroup", tmp_path / "meminfo"
+    cgroup.mkdir()
+    monkeypatch.setattr(preflight, "CGROUP_MEMORY", cgroup)
+    monkeypatch.setattr(preflight, "PROC_MEMINFO", meminfo)
+    return cgroup, meminfo
+
+
+def test_a_cgroup_limit_below_the_machines_memory_wins(memory_files):
+    cgroup, meminfo = memory_files
+    meminfo.write_text("MemTotal:  8000 kB\nMemAvailable:  4000 kB\n")
+    (cgroup / "memory.max").write_text("3000000\n")
+    (cgroup / "memory.current").write_text("1000000\n")
+    assert preflight.available_host_bytes() == 2_000_000
+    (cgroup / "memory.max").write_text("max\n")  # no limit: the machine's available memory
+    assert preflight.available_host_bytes() == 4000 * 1024
+
+
+def test_unknown_memory_skips_the_check(memory_files):
+    config = ModelConfig(d_model=32768, d_ff=2**24)
+    assert preflight.available_host_bytes() is None
+    preflight.check_fits(config, 100, torch.device("cpu"), "base")
+
+
+def test_a_model_fits_exactly_up_to_the_free_memory(memory_files):
+    _, meminfo = memory_files
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
+    needed = preflight.training_state_bytes(config, 50)
+    meminfo.write_text(f"MemAvailable: {needed // 1024 + 1} kB\n")
+    preflight.check_fits(config, 50, torch.device("cpu"), "base")
+    meminfo.write_text(f"MemAvailable: {needed // 1024 - 1} kB\n")
+    with pytest.raises(preflight.ModelTooLargeError, match="variant base: model"):
+        preflight.check_fits(config, 50, torch.device("cpu"), "base")
