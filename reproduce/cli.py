@@ -450,11 +450,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--restart", action="store_true",
                      help="start from step 0: move checkpoints/ and train/ aside into replaced-<time>/")
 
-    sub = command("average", cmd_average, "average the last K checkpoints")
-    sub.add_argument("--checkpoint-dir", required=True, type=existing_dir,
-                     help="folder of step_*.pt checkpoints")
-    sub.add_argument("--last", type=positive_int, required=True,
-                     help="how many of the latest checkpoints to average")
+    sub = command("average", cmd_average, "average the last K checkpoints on the save grid")
+    source = sub.add_mutually_exclusive_group(required=True)
+    source.add_argument("--manifest", type=existing_file,
+                        help="train/checkpoints.json: the grid checkpoints training kept")
+    source.add_argument("--checkpoint-dir", type=existing_dir, help="folder of step_*.pt checkpoints")
+    sub.add_argument("--last", type=positive_int,
+                     help="how many of the latest to average (default with --manifest: all listed)")
+    sub.add_argument("--every-steps", type=positive_int,
+                     help="with --checkpoint-dir: average only steps on this grid (default: the "
+                          "last K files, refused unless evenly spaced)")
     sub.add_argument("--out", required=True, help="the averaged checkpoint to write")
 
     sub = command("decode", cmd_decode, "beam-search translation of a source file")
@@ -549,7 +554,8 @@ def _one_line(text: str) -> str:
 
 def _checkpoint_argument(args: argparse.Namespace) -> str | None:
     """The option naming the checkpoint(s) a command loads, as shown in errors."""
-    for option, attribute in (("--checkpoint", "checkpoint"), ("--checkpoint-dir", "checkpoint_dir")):
+    for option, attribute in (("--checkpoint", "checkpoint"), ("--checkpoint-dir", "checkpoint_dir"),
+                              ("--manifest", "manifest")):
         if getattr(args, attribute, None) is not None:
             return f"{option} {getattr(args, attribute)}"
     if args.command == "train":
