@@ -52,7 +52,7 @@ from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
-from reproduce.records import read_records, write_records
+from reproduce.records import dev_curve, read_records, write_records
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
@@ -466,6 +466,9 @@ class Trainer:
             # Padding in the passes' [B, T] batches: attention's products compute it, the
             # matrices skip it (reproduce.model.token_layout).
             "padding_waste": 1.0 - real_positions / totals["padded_positions"] if totals["padded_positions"] else 0.0,
+            # The finished run's dev curve, so that the tables read declared outputs only
+            # (metrics.jsonl is the live log, which a resumed training rewrites).
+            "dev_curve": dev_curve(read_records(self.metrics_path)),
         }
         temporary = self.train_dir / "summary.json.tmp"
         temporary.write_text(json.dumps(summary, indent=2) + "\n")
