@@ -156,9 +156,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from reproduce.averaging import average_last
+    from reproduce.averaging import average_last, average_manifest
 
-    average_last(Path(args.checkpoint_dir), args.last, Path(args.out))
+    if args.manifest is not None:
+        average_manifest(Path(args.manifest), args.last, Path(args.out))
+    elif args.last is None:
+        raise ValueError("--checkpoint-dir needs --last (how many checkpoints to average)")
+    else:
+        average_last(Path(args.checkpoint_dir), args.last, Path(args.out), args.every_steps)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -207,9 +212,8 @@ def cmd_score(args: argparse.Namespace) -> None:
     experiment = _experiment(args)
     _variant(experiment, args)
     from reproduce.scoring.perplexity import checkpoint_perplexity
-    from reproduce.tracking import find_variant_run, prepare_store
+    from reproduce.tracking import log_best_effort, variant_run_for
 
-    prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
     out = Path(args.out)
     trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
@@ -217,8 +221,10 @@ def cmd_score(args: argparse.Namespace) -> None:
     scores |= _task_scores(experiment, args, trees)
     scores |= checkpoint_perplexity(Path(args.checkpoint), Path(args.encoded))
     _write_json(out, scores)
-    run = find_variant_run(Path(args.results), experiment.name, args.variant)
-    if run is not None:
+    log.info("%s", json.dumps(scores))
+
+    def log_scores() -> None:  # from this job's files only, once they are written
+        run = variant_run_for(Path(args.results), experiment.name, args.variant, "score")
         prefix = f"{args.split}_{args.checkpoint_name}"
         run.log_metrics({f"{prefix}_{name}": scores[name]
                          for name in LOGGED_SCORES[experiment.task]}, step=0)
@@ -226,7 +232,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         if trees.exists():
             run.log_artifact(trees, "trees")
         run.log_artifact(out, "scores")
-    log.info("%s", json.dumps(scores))
+
+    log_best_effort(Path(args.results), f"the {args.split} {args.checkpoint_name} scores", log_scores)
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
@@ -243,15 +250,18 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def cmd_tables(args: argparse.Namespace) -> None:
     from reproduce.tables.render import render_tables
-    from reproduce.tracking import prepare_store, tables_run
+    from reproduce.tracking import log_best_effort, tables_run
 
     experiment = _experiment(args)
     results = Path(args.results)
-    prepare_store(results)
     written = render_tables(experiment, results, Path(args.out_dir))
-    with tables_run(results, experiment.name) as run:
-        for path in written:
-            run.log_artifact(path, "tables")
+
+    def log_tables() -> None:
+        with tables_run(results, experiment.name) as run:
+            for path in written:
+                run.log_artifact(path, "tables")
+
+    log_best_effort(results, "the tables", log_tables)
     for path in written:
         print(path)
 
@@ -265,7 +275,7 @@ def _integers(text: str, option: str) -> list[int]:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from reproduce.figures.attention import plot_attention
-    from reproduce.tracking import find_variant_run
+    from reproduce.tracking import log_best_effort, variant_run_for
 
     if args.results and not (args.dataset and args.variant):
         raise ValueError("--results needs --dataset and --variant (the run to log the plots to)")
@@ -273,10 +283,15 @@ def cmd_attention(args: argparse.Namespace) -> None:
     layers = _integers(args.layers, "--layers") if args.layers else None
     written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
                              Path(args.target), sentences, layers, Path(args.out_dir))
-    run = find_variant_run(Path(args.results), args.dataset, args.variant) if args.results else None
-    for path in written:
-        if run is not None:
+
+    def log_figures() -> None:
+        run = variant_run_for(Path(args.results), args.dataset, args.variant, "attention")
+        for path in written:
             run.log_artifact(path, "figures")
+
+    if args.results:
+        log_best_effort(Path(args.results), "the attention figures", log_figures)
+    for path in written:
         print(path)
 
 
