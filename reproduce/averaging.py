@@ -2,17 +2,25 @@
 checkpoints, written at fixed intervals, are averaged into the model used for Table 2.
 
 Only checkpoints of one run are averaged: they must record the same training settings
-(fingerprint); the average carries that fingerprint on, so that decoding can check it."""
+(fingerprint); the average carries that fingerprint on, so that decoding can check it.
+
+The pipeline averages what training listed in its manifest (``train/checkpoints.json``,
+:func:`average_manifest`): the checkpoints on the save grid, which every run of the same settings
+writes, however often it was stopped and resumed; a checkpoint written by a stop request or a
+wall-clock save is left out, so the average equals an uninterrupted run's bit for bit. The
+manifest is a declared output of training, so Snakemake sees what ``average`` reads."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import torch
 
 from reproduce.errors import CheckpointError, UsageError
-from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
+                                            on_grid, save_checkpoint, sidecar_path)
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +67,86 @@ def _check_same_tensors(path: Path, model: dict, first_path: Path, first: dict) 
                 f"but {list(first[name].shape)} in {first_path}; only checkpoints of one run are averaged")
 
 
-def average_last(checkpoint_dir: Path, k: int, output: Path) -> dict:
-    """Average the last ``k`` checkpoints of ``checkpoint_dir`` into ``output``."""
-    if k < 1:
+def _check_last(k: int | None) -> None:
+    if k is not None and k < 1:
         raise UsageError(f"average_last: --last must be at least 1, got {k}")
-    available = list_checkpoints(checkpoint_dir)
-    if len(available) < k:
-        raise CheckpointError(
-            f"{checkpoint_dir}: {len(available)} checkpoints, but average_last asks for {k}; "
-            f"raise checkpoints.keep_last or save more often (checkpoints.every_steps)"
-        )
-    state = average_checkpoints(available[-k:])
+
+
+def _save_average(paths: list[Path], output: Path) -> dict:
+    state = average_checkpoints(paths)
     save_checkpoint(state, output)
     log.info("averaged steps %s into %s", state["averaged_steps"], output)
+    return state
+
+
+def average_last(checkpoint_dir: Path, k: int, output: Path, every_steps: int | None = None) -> dict:
+    """Average the last ``k`` checkpoints of ``checkpoint_dir`` on the ``every_steps`` grid into
+    ``output``. Without ``every_steps`` the last ``k`` files are taken, and refused when their
+    steps are not evenly spaced: one was written off the grid (by a stop request or a wall-clock
+    save) and the average would depend on when that happened."""
+    _check_last(k)
+    available = list_checkpoints(checkpoint_dir)
+    if every_steps is not None:
+        available = [path for path in available if on_grid(checkpoint_step(path), every_steps)]
+    if len(available) < k:
+        grid = "" if every_steps is None else f" on the every_steps={every_steps} grid"
+        raise CheckpointError(
+            f"{checkpoint_dir}: {len(available)} checkpoints{grid}, but average_last asks for {k}; "
+            f"raise checkpoints.keep_last or save more often (checkpoints.every_steps)"
+        )
+    chosen = available[-k:]
+    steps = [checkpoint_step(path) for path in chosen]
+    if every_steps is None and len({b - a for a, b in zip(steps, steps[1:])}) > 1:
+        raise CheckpointError(
+            f"{checkpoint_dir}: the last {k} checkpoints, steps {steps}, are not evenly spaced (a "
+            f"stop request or a wall-clock save wrote one off the save grid); average what "
+            f"training listed (--manifest <variant>/train/checkpoints.json) or name the grid "
+            f"(--every-steps)"
+        )
+    return _save_average(chosen, output)
+
+
+def manifest_checkpoints(manifest: Path) -> list[tuple[Path, int, str | None]]:
+    """(path, step, sha256) of each checkpoint a training manifest lists, by increasing step."""
+    try:
+        payload = json.loads(manifest.read_text())
+        folder = manifest.parent / payload["checkpoint_dir"]
+        listed = [(folder / entry["file"], int(entry["step"]), entry["sha256"])
+                  for entry in payload["checkpoints"]]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{manifest}: not a checkpoint manifest written by training "
+                              f"({type(error).__name__}: {error})") from None
+    return sorted(listed, key=lambda entry: entry[1])
+
+
+def average_manifest(manifest: Path, k: int | None, output: Path) -> dict:
+    """Average the last ``k`` checkpoints that ``manifest`` lists (all of them without ``k``)
+    into ``output``; a listed checkpoint that is gone, or whose bytes are not the ones training
+    listed, is refused by name rather than replaced by another."""
+    _check_last(k)
+    listed = manifest_checkpoints(manifest)
+    if k is not None and len(listed) < k:
+        raise CheckpointError(
+            f"{manifest}: lists {len(listed)} checkpoints, but average_last asks for {k}; "
+            f"raise checkpoints.keep_last or save more often (checkpoints.every_steps)"
+        )
+    chosen = listed if k is None else listed[-k:]
+    if not chosen:
+        raise CheckpointError(f"{manifest}: lists no checkpoints")
+    for path, step, digest in chosen:
+        try:
+            recorded = sidecar_path(path).read_text().split()[:1]
+        except OSError:
+            recorded = []
+        if digest is None or recorded != [digest]:
+            raise CheckpointError(
+                f"{path}: not the step {step} checkpoint that {manifest} lists (missing, or "
+                f"changed since training wrote the list); train again to rewrite both"
+            )
+    state = average_checkpoints([path for path, _, _ in chosen])
+    if state["averaged_steps"] != [step for _, step, _ in chosen]:
+        raise CheckpointError(f"{manifest}: lists steps {[step for _, step, _ in chosen]}, the "
+                              f"checkpoints hold steps {state['averaged_steps']}")
+    save_checkpoint(state, output)
+    log.info("averaged steps %s (listed in %s) into %s", state["averaged_steps"], manifest, output)
     return state

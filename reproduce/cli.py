@@ -153,9 +153,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    from reproduce.averaging import average_last
+    from reproduce.averaging import average_last, average_manifest
 
-    average_last(Path(args.checkpoint_dir), args.last, Path(args.out))
+    if args.manifest is not None:
+        average_manifest(Path(args.manifest), args.last, Path(args.out))
+    elif args.last is None:
+        raise ValueError("--checkpoint-dir needs --last (how many checkpoints to average)")
+    else:
+        average_last(Path(args.checkpoint_dir), args.last, Path(args.out), args.every_steps)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -182,9 +187,7 @@ def cmd_score(args: argparse.Namespace) -> None:
     experiment = _experiment(args)
     _variant(experiment, args)
     from reproduce.scoring.scores import score_split
-    from reproduce.tracking import prepare_store
 
-    prepare_store(Path(args.results))  # an unreachable server: one line now, not after scoring
     _set_threads(args.threads)
     score_split(experiment, args.variant, args.split, args.checkpoint_name,
                 translations=Path(args.translations), reference=Path(args.reference),
@@ -207,15 +210,18 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def cmd_tables(args: argparse.Namespace) -> None:
     from reproduce.tables.render import render_tables
-    from reproduce.tracking import prepare_store, tables_run
+    from reproduce.tracking import log_best_effort, tables_run
 
     experiment = _experiment(args)
     results = Path(args.results)
-    prepare_store(results)
     written = render_tables(experiment, results, Path(args.out_dir))
-    with tables_run(results, experiment.name) as run:
-        for path in written:
-            run.log_artifact(path, "tables")
+
+    def log_tables() -> None:
+        with tables_run(results, experiment.name) as run:
+            for path in written:
+                run.log_artifact(path, "tables")
+
+    log_best_effort(results, "the tables", log_tables)
     for path in written:
         print(path)
 
@@ -229,7 +235,7 @@ def _integers(text: str, option: str) -> list[int]:
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from reproduce.figures.attention import plot_attention
-    from reproduce.tracking import find_variant_run
+    from reproduce.tracking import log_best_effort, variant_run_for
 
     if args.results and not (args.dataset and args.variant):
         raise UsageError("--results needs --dataset and --variant (the run to log the plots to)")
@@ -237,10 +243,15 @@ def cmd_attention(args: argparse.Namespace) -> None:
     layers = _integers(args.layers, "--layers") if args.layers else None
     written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
                              Path(args.target), sentences, layers, Path(args.out_dir))
-    run = find_variant_run(Path(args.results), args.dataset, args.variant) if args.results else None
-    for path in written:
-        if run is not None:
+
+    def log_figures() -> None:
+        run = variant_run_for(Path(args.results), args.dataset, args.variant, "attention")
+        for path in written:
             run.log_artifact(path, "figures")
+
+    if args.results:
+        log_best_effort(Path(args.results), "the attention figures", log_figures)
+    for path in written:
         print(path)
 
 
@@ -413,11 +424,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--restart", action="store_true",
                      help="start from step 0: move checkpoints/ and train/ aside into replaced-<time>/")
 
-    sub = command("average", cmd_average, "average the last K checkpoints")
-    sub.add_argument("--checkpoint-dir", required=True, type=existing_dir,
-                     help="folder of step_*.pt checkpoints")
-    sub.add_argument("--last", type=positive_int, required=True,
-                     help="how many of the latest checkpoints to average")
+    sub = command("average", cmd_average, "average the last K checkpoints on the save grid")
+    source = sub.add_mutually_exclusive_group(required=True)
+    source.add_argument("--manifest", type=existing_file,
+                        help="train/checkpoints.json: the grid checkpoints training kept")
+    source.add_argument("--checkpoint-dir", type=existing_dir, help="folder of step_*.pt checkpoints")
+    sub.add_argument("--last", type=positive_int,
+                     help="how many of the latest to average (default with --manifest: all listed)")
+    sub.add_argument("--every-steps", type=positive_int,
+                     help="with --checkpoint-dir: average only steps on this grid (default: the "
+                          "last K files, refused unless evenly spaced)")
     sub.add_argument("--out", required=True, help="the averaged checkpoint to write")
 
     sub = command("decode", cmd_decode, "beam-search translation of a source file")

@@ -77,3 +77,11 @@ def write_records(path: Path, records: list[dict]) -> None:
         stream.flush()
         os.fsync(stream.fileno())
     temporary.replace(path)
+
+
+def dev_curve(records: list[dict]) -> list[dict]:
+    """The dev rows (``step``, ``dev_loss``, ``dev_perplexity``) of a metrics log by step; a step
+    logged twice (training resumed from an earlier checkpoint) keeps its last."""
+    latest = {record["step"]: record for record in records if "dev_perplexity" in record}
+    return [{key: latest[step][key] for key in ("step", "dev_loss", "dev_perplexity")
+             if key in latest[step]} for step in sorted(latest)]

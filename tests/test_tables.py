@@ -62,7 +62,9 @@ def results(tmp_path) -> Path:
     base = tmp_path / "results" / "toy" / "base"
     write_json(base / "train/summary.json", {
         "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
-        "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100"})
+        "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100",
+        "dev_curve": [{"step": 100, "dev_loss": 2.0, "dev_perplexity": 7.389},
+                      {"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}]})
     write_json(base / "bleu.json", {"dataset": "toy", "variant": "base",
                                     "dev": scores(21.5, 20.0, 6.25),
                                     "test": scores(23.25, 22.0, 5.5)})
@@ -248,13 +250,19 @@ def test_everything_is_written_when_nothing_has_finished(tmp_path):
 
 
 def test_dev_curve_keeps_the_last_record_of_a_step_logged_again_after_a_resume(results):
-    metrics = results / "toy/base/train/metrics.jsonl"
+    metrics = results / "toy/E_learned/train/metrics.jsonl"  # a training: its live log is read
     again = '{"step": 100, "dev_loss": 1.9, "dev_perplexity": 6.7}\n'
-    metrics.write_text(metrics.read_text() + again)
-    curve = read_variant(results, "toy", "base").dev_curve
+    metrics.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n'
+                       '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n' + again + '{"step": 2')
+    curve = read_variant(results, "toy", "E_learned").dev_curve  # half-written last line left out
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 6.7), (200, 6.05)]
-    learned = read_variant(results, "toy", "E_learned").dev_curve  # half-written last line
-    assert [row["step"] for row in learned] == [100]
+
+
+def test_a_finished_variants_curve_comes_from_its_summary_not_the_live_log(results):
+    """The summary is what final_tables declares; metrics.jsonl is not among its inputs."""
+    (results / "toy/base/train/metrics.jsonl").unlink()
+    curve = read_variant(results, "toy", "base").dev_curve
+    assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 7.389), (200, 6.05)]
 
 
 def test_a_corrupt_results_file_is_named_in_the_error(results, tmp_path):
@@ -262,8 +270,8 @@ def test_a_corrupt_results_file_is_named_in_the_error(results, tmp_path):
     with pytest.raises(ValueError, match=r"toy/base/bleu\.json: not valid JSON"):
         render_tables(make_experiment(), results, tmp_path / "tables")
     (results / "toy/base/bleu.json").unlink()
-    (results / "toy/base/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: not a JSON line"):
+    (results / "toy/E_learned/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')  # training
+    with pytest.raises(ValueError, match=r"E_learned/train/metrics\.jsonl:1: not a JSON line"):
         render_tables(make_experiment(), results, tmp_path / "tables")
 
 

@@ -2,8 +2,8 @@
 
 What is scored depends on the task: BLEU (sacreBLEU and the paper's tokenized BLEU) of the
 translations, or for parsing the labelled-bracket F1 of the repaired trees; perplexity of the
-checkpoint on the encoded split in both. The scores go to a JSON file and, when the variant has
-an MLflow run, to that run as ``<split>_<checkpoint>_<name>`` metrics with the files as artifacts.
+checkpoint on the encoded split in both. The scores go to a JSON file, then to the variant's
+MLflow run as ``<split>_<checkpoint>_<name>`` metrics with the files as artifacts.
 """
 
 from __future__ import annotations
@@ -41,19 +41,25 @@ def score_split(experiment: Experiment, variant: str, split: str, checkpoint_nam
                 translations: Path, reference: Path, source: Path | None, checkpoint: Path,
                 encoded: Path, results: Path, out: Path) -> dict:
     """Score ``translations`` (from ``checkpoint``, named ``checkpoint_name``) against
-    ``reference``, write the scores to ``out`` (parsing: the repaired trees beside it, ``.trees``)
-    and log them to the variant's MLflow run if it has one."""
+    ``reference``, write the scores to ``out`` (parsing: the repaired trees beside it, ``.trees``),
+    then log them to the variant's MLflow run, best effort: the store is a sink, and the file is
+    the result whether or not it answers. The checkpoint is refused, as decoding refuses it, when
+    trained with other settings than the variant now has."""
+    from reproduce.config import trained_settings
     from reproduce.data.text import write_json
     from reproduce.scoring.perplexity import checkpoint_perplexity
-    from reproduce.tracking import find_variant_run
+    from reproduce.tracking import log_best_effort, variant_run_for
 
     trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
     scores = {"split": split, "checkpoint": checkpoint_name}
     scores |= task_scores(experiment, translations, reference, source, trees)
-    scores |= checkpoint_perplexity(checkpoint, encoded)
+    scores |= checkpoint_perplexity(
+        checkpoint, encoded, expected_settings=trained_settings(experiment.variant(variant), experiment))
     write_json(out, scores)
-    run = find_variant_run(results, experiment.name, variant)
-    if run is not None:
+    log.info("%s", json.dumps(scores))
+
+    def log_scores() -> None:  # from this job's files only, once they are written
+        run = variant_run_for(results, experiment.name, variant, "score")
         prefix = f"{split}_{checkpoint_name}"
         run.log_metrics({f"{prefix}_{name}": scores[name]
                          for name in LOGGED_SCORES[experiment.task]}, step=0)
@@ -61,5 +67,6 @@ def score_split(experiment: Experiment, variant: str, split: str, checkpoint_nam
         if trees.exists():
             run.log_artifact(trees, "trees")
         run.log_artifact(out, "scores")
-    log.info("%s", json.dumps(scores))
+
+    log_best_effort(results, f"the {split} {checkpoint_name} scores", log_scores)
     return scores

@@ -1,7 +1,10 @@
 """What a pipeline run has produced so far for one variant; anything not there yet reads as None.
 
-Reads ``{results}/{dataset}/{variant}/train/summary.json``, the variant's scores (``.../bleu.json``
-for translation, ``.../f1.json`` for parsing) and ``.../train/metrics.jsonl``. Rendering tables never waits for, nor triggers, training.
+Reads ``{results}/{dataset}/{variant}/train/summary.json`` (with the finished run's dev curve)
+and the variant's scores (``.../bleu.json`` for translation, ``.../f1.json`` for parsing): outputs
+that the ``final_tables`` rule declares as its inputs. Only for a variant still training (no
+summary yet) is the live log ``.../train/metrics.jsonl`` read, by the ``tables`` rule's snapshot,
+which renders whatever exists and so never waits for, nor triggers, training.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reproduce.errors import DataError
-from reproduce.records import read_records
+from reproduce.records import dev_curve, read_records
 from reproduce.tables.outputs import SCORES_FILE
 
 
@@ -52,15 +55,6 @@ def _read_json(path: Path) -> dict | None:
     return payload
 
 
-def _read_dev_curve(path: Path) -> list[dict]:
-    """Dev rows of a metrics log by step (:func:`reproduce.records.read_records`: a torn last
-    line is left out); a step logged twice (training resumed from an earlier checkpoint) keeps
-    its last."""
-    rows = read_records(path)
-    latest = {row["step"]: row for row in rows if "dev_perplexity" in row}
-    return [latest[step] for step in sorted(latest)]
-
-
 def _read_scores(folder: Path) -> dict | None:
     """bleu.json or f1.json, whichever the variant's task wrote."""
     for name in SCORES_FILE.values():
@@ -72,8 +66,9 @@ def _read_scores(folder: Path) -> dict | None:
 
 def read_variant(results_dir: Path, dataset: str, variant: str) -> VariantResults:
     folder = results_dir / dataset / variant
-    return VariantResults(
-        summary=_read_json(folder / "train" / "summary.json"),
-        scores=_read_scores(folder),
-        dev_curve=_read_dev_curve(folder / "train" / "metrics.jsonl"),
-    )
+    summary = _read_json(folder / "train" / "summary.json")
+    if summary is not None:  # finished: its summary holds the curve
+        curve = summary.get("dev_curve", [])
+    else:  # training (:func:`reproduce.records.read_records` leaves a torn last line out)
+        curve = dev_curve(read_records(folder / "train" / "metrics.jsonl"))
+    return VariantResults(summary=summary, scores=_read_scores(folder), dev_curve=curve)

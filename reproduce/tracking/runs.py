@@ -11,6 +11,13 @@ under.
 Logging never costs a training: a failed call warns once per outage and returns; the training
 metrics stay in ``metrics.jsonl`` and are replayed into the run when the store answers again and
 when the run finishes. Only rank 0 ever calls into this module.
+
+The store is a sink: the stages after training (score, attention, tables) write their result
+files first and log afterwards (:func:`log_best_effort`), what they log coming from their own
+inputs and outputs. A store that is unreachable, deleted or another one changes no result file;
+the stage says so in one warning line. A score finds the variant's run by its tags, and starts
+one so tagged when there is none (a deleted store, a training run elsewhere), so that it
+needs nothing from the training's run.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from mlflow.tracking import MlflowClient
 
 from reproduce.records import read_records
 from reproduce.tracking.store import (
-    artifact_root, fail_fast_over_http, is_server, open_sqlite_store, redact,
+    artifact_root, fail_fast_over_http, is_server, open_sqlite_store, prepare_store, redact,
     redact_credentials_in_logs, tracking_uri,
 )
 
@@ -288,6 +295,33 @@ def find_variant_run(results_dir: Path, dataset: str, variant: str) -> VariantRu
         max_results=1,
     )
     return VariantRun(client, runs[0].info.run_id) if runs else None
+
+
+def variant_run_for(results_dir: Path, dataset: str, variant: str, command: str) -> VariantRun:
+    """The newest run of (dataset, variant), or a new run tagged so by ``command``."""
+    found = find_variant_run(results_dir, dataset, variant)
+    if found is not None:
+        return found
+    client = _client(results_dir)
+    run = client.create_run(
+        _experiment_id(client, dataset, results_dir), run_name=variant,
+        tags={"dataset": dataset, "variant": variant, "kind": "variant", **system_tags(command, variant)},
+    )
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return VariantRun(client, run.info.run_id)
+
+
+def log_best_effort(results_dir: Path, what: str, action: Callable[[], None]) -> bool:
+    """Run ``action`` (logging ``what`` to the store), after a stage's results are on disk; any
+    failure, an unreachable server included, is one warning line and never the stage's."""
+    try:
+        prepare_store(results_dir)
+        action()
+        return True
+    except Exception as error:  # the store is a sink: nothing of the stage's result depends on it
+        log.warning("MLflow: %s not logged (%s); the result files are written and complete without it",
+                    what, _first_line(error))
+        return False
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Training checkpoints: durable, verified, loaded without running code; the last ``keep_last`` kept.
+"""Training checkpoints: durable, verified, loaded without running code; the last ``keep_last`` on
+the save grid kept.
 
 A checkpoint holds the model, the optimizer, the step, the data stream's position, the RNG
 states, the counters of the run so far, what is needed to rebuild the model (``model_config``,
@@ -13,12 +14,22 @@ to the sidecar ``<name>.sha256`` (``sha256sum -c`` reads it). The sidecar is the
 last: a checkpoint without one, or whose bytes do not match it (truncated, zeroed, empty), is not
 a checkpoint, and :func:`latest_good_checkpoint` skips it with a warning for the previous one.
 Older checkpoints are deleted only after the new one and its sidecar are on disk.
+
+*The save grid*: checkpoints of the steps that are multiples of ``every_steps``, and of the final
+step ``training.steps``, are written whatever happens to the run, so they are the ones averaged
+(:mod:`reproduce.averaging`) and counted by ``keep_last``. A stop request or a wall-clock save
+(``every_minutes``) writes one at whatever step the run reached: off the grid, it serves resuming
+only, and is removed once a newer checkpoint is on disk. Were it kept and averaged, the averaged
+model would depend on when a job was preempted or how fast the GPU was. At the end of training
+:func:`write_manifest` lists the kept grid checkpoints (``train/checkpoints.json``): the
+pipeline's declared record of what ``average`` reads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import pickle
@@ -45,6 +56,18 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 def sidecar_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
+
+
+def checkpoint_step(path: Path) -> int:
+    match = _NAME.match(path.name)
+    if match is None:
+        raise CheckpointError(f"{path}: not a checkpoint name (step_<8 digits>.pt)")
+    return int(match.group(1))
+
+
+def on_grid(step: int, every_steps: int, final_step: int | None = None) -> bool:
+    """Whether ``step``'s checkpoint is saved by every run of these settings, interrupted or not."""
+    return step % every_steps == 0 or step == final_step
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
@@ -181,14 +204,24 @@ def check_room(directory: Path, checkpoint_bytes: int, checkpoints: int) -> None
 
 
 class CheckpointSchedule:
-    """Saves on a step interval and on a wall-clock interval (the paper: every 10 minutes)."""
+    """Saves on a step interval (the grid) and on a wall-clock interval (the paper: every 10
+    minutes; off the grid, for resuming only). ``final_step`` (``training.steps``) is on the grid."""
 
-    def __init__(self, directory: Path, every_steps: int, every_minutes: float, keep_last: int):
+    def __init__(self, directory: Path, every_steps: int, every_minutes: float, keep_last: int,
+                 final_step: int | None = None):
         self.directory = directory
         self.every_steps = every_steps
         self.every_seconds = every_minutes * 60
         self.keep_last = keep_last
+        self.final_step = final_step
         self.last_save = time.monotonic()
+
+    def on_grid(self, step: int) -> bool:
+        return on_grid(step, self.every_steps, self.final_step)
+
+    def grid_checkpoints(self) -> list[Path]:
+        """The checkpoints on the grid, by increasing step."""
+        return [path for path in list_checkpoints(self.directory) if self.on_grid(checkpoint_step(path))]
 
     def due(self, step: int) -> bool:
         if step % self.every_steps == 0:
@@ -199,10 +232,45 @@ class CheckpointSchedule:
         path = checkpoint_path(self.directory, step)
         save_checkpoint(state, path)
         self.last_save = time.monotonic()
-        for old in list_checkpoints(self.directory)[: -self.keep_last]:
-            remove_checkpoint(old)
-        log.info("saved %s", path)
+        self._prune(step)
+        log.info("saved %s%s", path, "" if self.on_grid(step) else " (off the save grid: for resuming only)")
         return path
+
+    def _prune(self, newest: int) -> None:
+        """Keep the last ``keep_last`` grid checkpoints; off-grid ones only while none is newer."""
+        for old in self.grid_checkpoints()[: -self.keep_last]:
+            remove_checkpoint(old)
+        for path in list_checkpoints(self.directory):
+            step = checkpoint_step(path)
+            if step < newest and not self.on_grid(step):
+                remove_checkpoint(path)
+
+
+MANIFEST_VERSION = 1
+
+
+def write_manifest(path: Path, schedule: CheckpointSchedule) -> dict:
+    """List the grid checkpoints kept in ``schedule.directory`` into ``path`` (JSON, written
+    durably): file names relative to ``path``'s folder, steps and the sha256 of their sidecars
+    (None for a checkpoint whose sidecar is missing: averaging then refuses it by name)."""
+    entries = []
+    for checkpoint in schedule.grid_checkpoints():
+        try:
+            digest = sidecar_path(checkpoint).read_text().split()[0]
+        except (OSError, IndexError):
+            digest = None
+        entries.append({"file": checkpoint.name, "step": checkpoint_step(checkpoint), "sha256": digest})
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "checkpoint_dir": os.path.relpath(schedule.directory, path.parent),
+        "every_steps": schedule.every_steps,
+        "final_step": schedule.final_step,
+        "checkpoints": entries,
+    }
+    text = (json.dumps(manifest, indent=2) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_durably(path, lambda stream: stream.write(text))
+    return manifest
 
 
 def set_aside(variant_dir: Path) -> Path | None:

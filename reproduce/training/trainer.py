@@ -15,7 +15,10 @@ and only if that checkpoint was trained with the same settings
 (:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
-signal, the parent's death) ends the run after the current step, with a checkpoint of that step.
+signal, the parent's death) ends the run after the current step, with a checkpoint of that step;
+off the save grid, that checkpoint serves resuming only (:mod:`reproduce.training.checkpoints`),
+so the checkpoints averaged, listed in ``train/checkpoints.json`` at the end, are those of an
+uninterrupted run.
 
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
@@ -49,11 +52,11 @@ from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
-from reproduce.records import read_records, write_records
+from reproduce.records import dev_curve, read_records, write_records
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
-                                            save_checkpoint)
+                                            save_checkpoint, write_manifest)
 from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, can_compute_in,
@@ -151,7 +154,8 @@ class Trainer:
         self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step, t.micro_batches_per_step,
                                        t.max_tokens_per_device, t.max_source_tokens, t.seed, t.pad_to_multiple)
         self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
-                                           t.checkpoints.every_minutes, t.checkpoints.keep_last)
+                                           t.checkpoints.every_minutes, t.checkpoints.keep_last,
+                                           final_step=t.steps)
         self.step = 0
         self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0, "training_flops": 0,
                        "padded_positions": 0, "skipped_steps": 0}
@@ -252,6 +256,11 @@ class Trainer:
                 f"{self.training.steps}; only raising steps continues a run; {hint}")
 
     # -- metrics --------------------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        """The kept grid checkpoints, which ``average`` reads (a declared output of training)."""
+        return self.train_dir / "checkpoints.json"
+
     @property
     def metrics_path(self) -> Path:
         return self.train_dir / "metrics.jsonl"
@@ -429,6 +438,7 @@ class Trainer:
     def _finish(self) -> dict:
         save_checkpoint({"model": self.model.state_dict(), "step": self.step, **self._identity()},
                         self.train_dir / "final.pt")
+        write_manifest(self.manifest_path, self.schedule)
         on_gpu = self.device.type == "cuda"
         totals, steps, peak = self.totals, max(self.step, 1), self._peak_flops()
         seconds = max(totals["wall_seconds"], 1e-9)
@@ -456,6 +466,9 @@ class Trainer:
             # Padding in the passes' [B, T] batches: attention's products compute it, the
             # matrices skip it (reproduce.model.token_layout).
             "padding_waste": 1.0 - real_positions / totals["padded_positions"] if totals["padded_positions"] else 0.0,
+            # The finished run's dev curve, so that the tables read declared outputs only
+            # (metrics.jsonl is the live log, which a resumed training rewrites).
+            "dev_curve": dev_curve(read_records(self.metrics_path)),
         }
         temporary = self.train_dir / "summary.json.tmp"
         temporary.write_text(json.dumps(summary, indent=2) + "\n")

@@ -146,6 +146,15 @@ def every_variant_scored(wildcards):
     ]
 
 
+def every_variant_trained(wildcards):
+    """train/summary.json of every variant: the tables' parameter counts, FLOPs, GPU-hours and
+    dev curves (reproduce/tables/results.py)."""
+    return [
+        f"{variant_dir(wildcards.dataset, variant)}/train/summary.json"
+        for variant in EXPERIMENTS[wildcards.dataset].variants
+    ]
+
+
 def variant_scores(wildcards):
     """The dev (last weights) and test (averaged) scores summarised in bleu.json or f1.json."""
     expected = scores_summary_file(wildcards.dataset, wildcards.variant)
@@ -178,12 +187,46 @@ def reported_table_file(name):
     )
 
 
+def snapshot_dir(dataset):
+    """Where the `tables` target renders whatever has finished, beside (never over) the final
+    tables, which final_tables makes from the inputs it declares."""
+    return f"{RESULTS}/{dataset}/tables_so_far"
+
+
+def snapshot_files():
+    return [
+        f"{snapshot_dir(dataset)}/{name}"
+        for dataset, experiment in EXPERIMENTS.items()
+        for name in TABLE_FILES[experiment.task]
+    ]
+
+
+def snapshot_sources_state(wildcards):
+    """Size and modification time of each file that the `tables` target would read now (a
+    variant's summary and scores, or the live metrics log of one still training), so that the
+    snapshot is retaken when one changes (rerun-triggers params). Not inputs, which Snakemake
+    would build when missing or outdated, and the snapshot must never trigger training."""
+    state = []
+    for dataset, experiment in EXPERIMENTS.items():
+        for variant in experiment.variants:
+            summary = f"{variant_dir(dataset, variant)}/train/summary.json"
+            live_log = f"{variant_dir(dataset, variant)}/train/metrics.jsonl"
+            read = [summary, scores_summary_file(dataset, variant)]
+            if not os.path.exists(summary):
+                read.append(live_log)
+            for path in read:
+                if os.path.exists(path):
+                    stat = os.stat(path)
+                    state.append([path, stat.st_size, stat.st_mtime_ns])
+    return json.dumps(state)
+
+
 def render_tables_command():
     """One `reproduce tables` call per experiment, each argument quoted for the shell."""
     return " && ".join(
         shlex.join(
             ["python", "-m", "reproduce", "tables", "--experiment", path]
-            + ["--results", RESULTS, "--out-dir", f"{RESULTS}/{dataset}/tables"]
+            + ["--results", RESULTS, "--out-dir", snapshot_dir(dataset)]
         )
         for dataset, path in EXPERIMENT_FILES.items()
     )

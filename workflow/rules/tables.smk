@@ -10,7 +10,9 @@ localrules:
 
 rule final_tables:
     input:
-        every_variant_scored,
+        # every file reproduce/tables/results.py reads: scores and training summaries
+        scores=every_variant_scored,
+        summaries=every_variant_trained,
     output:
         [reported_table_file(name) for name in TABLE_FILES["translation"]],
     log:
@@ -37,8 +39,12 @@ use rule final_tables as final_parsing_table with:
         dataset=PARSING_DATASETS,
 
 
-# Renders whatever has finished, marking missing cells; never triggers training.
+# Renders whatever has finished, marking missing cells, into <dataset>/tables_so_far/; never
+# triggers training, so what it reads are not inputs (they would be built) but a param that
+# changes with them (snapshot_sources_state): asked for again, it renders again once they changed.
 rule tables:
+    output:
+        snapshot_files(),
     log:
         log_file("tables"),
     conda:
@@ -46,5 +52,6 @@ rule tables:
     params:
         # already quoted argument by argument (shlex.join), hence no `:q` below
         render=render_tables_command(),
+        sources_state=snapshot_sources_state,
     shell:
         "({params.render}) > {log:q} 2>&1"

@@ -1,4 +1,5 @@
-"""Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints."""
+"""Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints
+on the save grid, those that training lists in train/checkpoints.json."""
 
 
 rule train:
@@ -8,6 +9,8 @@ rule train:
     output:
         final=f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
         summary=f"{RESULTS}/{{dataset}}/{{variant}}/train/summary.json",
+        # the kept checkpoints on the save grid (names, steps, sha256): what `average` reads
+        checkpoints=f"{RESULTS}/{{dataset}}/{{variant}}/train/checkpoints.json",
     log:
         log_file("{dataset}/train_{variant}"),
     benchmark:
@@ -35,7 +38,9 @@ rule train:
 
 rule average:
     input:
-        f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
+        # Lists the checkpoints it averages (the folder itself is training's working state,
+        # which Snakemake cannot see into); their sha256 is checked against it.
+        manifest=f"{RESULTS}/{{dataset}}/{{variant}}/train/checkpoints.json",
     output:
         f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
     log:
@@ -43,10 +48,9 @@ rule average:
     conda:
         CONDA_ENV
     params:
-        checkpoint_dir=f"{RESULTS}/{{dataset}}/{{variant}}/checkpoints",
         last=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
         .training.average_last,
     shell:
-        "python -m reproduce average --checkpoint-dir {params.checkpoint_dir:q}"
+        "python -m reproduce average --manifest {input.manifest:q}"
         " --last {params.last} --out {output:q} > {log:q} 2>&1"

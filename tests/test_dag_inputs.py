@@ -1,0 +1,173 @@
+"""Each job's declared inputs are every file it reads: a results tree of the real DAG (outputs
+made by `snakemake --touch`, in the DAG's order, on stand-in files), then the files that jobs once
+read without declaring them (the checkpoint list that `average` reads, the summaries and live
+metrics log that the tables read) are changed one at a time, and a real dry run must plan exactly
+the jobs that read them, and no others. (A deleted intermediate file replans nothing whose
+outputs are up to date, by Snakemake's design, as for temp() files; deleting the live log shows
+that no job needs it.) A grep of the rules then finds no `params:`
+that stands for a file a job reads."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reproduce.tables.outputs import TABLE_FILES
+from tests.project_copy import copy_workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+VARIANTS = ["base", "A_h1"]
+BASE = "results/tiny/base"
+# What follows a variant's training in `all`, and what follows its averaged model.
+AFTER_AVERAGING = {"average": 1, "decode": 1, "score": 1, "summarize_variant": 1,
+                   "final_tables": 1, "all": 1}
+TABLES_ONLY = {"final_tables": 1, "all": 1}
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml", *args],
+                            cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def _dry_run(workdir: Path, target: str = "all") -> tuple[dict[str, int], str]:
+    """Rule -> job count of a dry run ({} when there is nothing to do), and its output."""
+    stdout = _snakemake(workdir, "--dry-run", target).stdout
+    lines = stdout.splitlines()
+    if "Job stats:" not in lines:
+        return {}, stdout
+    jobs = {}
+    for line in lines[lines.index("Job stats:") + 3:]:
+        name, count = line.split()
+        if name == "total":
+            return jobs, stdout
+        jobs[name] = int(count)
+    raise AssertionError("no total line in the job stats")
+
+
+def _planned(workdir: Path, target: str = "all") -> dict[str, int]:
+    return _dry_run(workdir, target)[0]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """The translation DAG of two variants, every output a stand-in, all up to date."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("dag"))
+    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
+    experiment["tables"]["table2"] = {"base": "base"}
+    (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    pipeline = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline | {"experiments": ["configs/tiny.yaml"]}))
+    summary = _snakemake(workdir, "--summary", "all").stdout.splitlines()
+    rows = [line.split("\t") for line in summary[summary.index(next(
+        line for line in summary if line.startswith("output_file"))) + 1:] if "\t" in line]
+    for output, _, rule, *_ in rows:
+        path = workdir / output
+        if rule == "encode":  # directory() outputs
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}\n" if path.suffix == ".json" else "stand-in\n")
+    for variant in VARIANTS:  # training's own state, no job's declared output
+        (workdir / f"results/tiny/{variant}/train/metrics.jsonl").write_text('{"step": 1}\n')
+    _snakemake(workdir, "--touch", "all")  # mtimes in the DAG's order
+    assert _planned(workdir) == {}
+    return workdir
+
+
+class _Changed:
+    """Change (a line appended, a newer mtime: Snakemake skips a newer file whose checksum it
+    recorded unchanged) or delete (moved aside) one file, and put it back afterwards."""
+
+    def __init__(self, path: Path, how: str):
+        self.path, self.how = path, how
+
+    def __enter__(self):
+        self.content = self.path.read_bytes()
+        self.times = os.stat(self.path).st_atime_ns, os.stat(self.path).st_mtime_ns
+        if self.how == "change":
+            self.path.write_bytes(self.content + b"changed\n")
+            os.utime(self.path, ns=(self.times[0], self.times[1] + 10**10))
+        else:
+            shutil.move(self.path, self.path.with_name(self.path.name + ".aside"))
+
+    def __exit__(self, *exc):
+        if self.how == "delete":
+            shutil.move(self.path.with_name(self.path.name + ".aside"), self.path)
+        self.path.write_bytes(self.content)
+        os.utime(self.path, ns=self.times)
+
+
+@pytest.mark.parametrize("relative, how, expected", [
+    ("train/checkpoints.json", "change", AFTER_AVERAGING),  # average reads the list it names
+    ("train/summary.json", "change", TABLES_ONLY),  # the tables' parameters, FLOPs and curves
+    ("bleu.json", "change", TABLES_ONLY),
+    ("train/metrics.jsonl", "change", {}),  # the live log: no finished job reads it...
+    ("train/metrics.jsonl", "delete", {}),  # ...nor needs it (an undeclared input would be missing)
+])
+def test_a_changed_file_replans_exactly_the_jobs_that_read_it(tree, relative, how, expected):
+    with _Changed(tree / BASE / relative, how):
+        planned, stdout = _dry_run(tree)
+    assert planned == expected
+    assert "variant=A_h1" not in stdout  # the other variant is left alone
+
+
+def test_the_tables_snapshot_is_retaken_when_what_it_reads_changes_and_never_trains(tree):
+    _snakemake(tree, "tables")  # really run (--touch records no params): renders the stand-ins
+    assert all((tree / "results/tiny/tables_so_far" / name).stat().st_size
+               for name in TABLE_FILES["translation"])
+    assert _planned(tree, "tables") == {}
+    for relative, how in (("train/summary.json", "change"), ("train/summary.json", "delete"),
+                          ("bleu.json", "change")):
+        with _Changed(tree / BASE / relative, how):
+            assert _planned(tree, "tables") == {"tables": 1}, relative
+    assert _planned(tree, "tables") == {}
+
+
+# -- no params for files read ---------------------------------------------------------------------
+# Every `params:` entry of the rules, and why it is not a file that the job reads.
+NOT_FILES_READ = {
+    "experiment": "the experiment file: what a job depends on in it reaches it as params "
+                  "(fingerprint, settings, decoding), so that an edit replans only those jobs",
+    "out_dir": "a folder the job writes (train: the variant's folder, whose checkpoints are its "
+               "own state, resumed from; the list that `average` reads is a declared output)",
+    "results": "the results root, for the MLflow store: a sink, never read for a result",
+    "launcher": "a setting", "tasks": "a setting", "fingerprint": "a setting",
+    "steps": "a setting", "last": "a setting", "settings": "settings", "decoding": "settings",
+    "sentences": "line numbers", "split": "a name", "source": "a source's name",
+    "downloads": "the folder of the downloads that are declared inputs",
+    "model_prefix": "the prefix of the outputs",
+    "render": "the tables snapshot's commands",
+    "sources_state": "sizes and times of what the snapshot reads, which must not be inputs: "
+                     "Snakemake would build them, and the snapshot never trains",
+}
+
+
+def _params_of_rules() -> dict[str, list[str]]:
+    names: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        rule = None
+        in_params = False
+        for line in path.read_text().splitlines():
+            if match := re.match(r"^(?:rule|use rule) (\w+)", line):
+                rule, in_params = match.group(1), False
+            elif re.match(r"^    \w+:", line):
+                in_params = line.strip() == "params:"
+            elif in_params and (match := re.match(r"^        (\w+)=", line)):
+                names.setdefault(match.group(1), []).append(f"{path.name}:{rule}")
+    return names
+
+
+def test_no_rule_passes_a_file_it_reads_as_a_param():
+    params = _params_of_rules()
+    assert "experiment" in params and "render" in params  # the grep finds them at all
+    unexplained = {name: rules for name, rules in params.items() if name not in NOT_FILES_READ}
+    assert unexplained == {}, "a param that may be a file read: declare it as an input"
