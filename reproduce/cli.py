@@ -158,7 +158,7 @@ def cmd_average(args: argparse.Namespace) -> None:
     if args.manifest is not None:
         average_manifest(Path(args.manifest), args.last, Path(args.out))
     elif args.last is None:
-        raise ValueError("--checkpoint-dir needs --last (how many checkpoints to average)")
+        raise UsageError("--checkpoint-dir needs --last (how many checkpoints to average)")
     else:
         average_last(Path(args.checkpoint_dir), args.last, Path(args.out), args.every_steps)
 

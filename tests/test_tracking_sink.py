@@ -15,16 +15,21 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from reproduce.cli import main
-from reproduce.config import ModelConfig
-from reproduce.data.encoded import write_encoded
+from reproduce.config import ModelConfig, load_experiment, trained_settings
 from reproduce.model.transformer import Transformer
 from reproduce.tracking import tracking_uri
 from reproduce.training.checkpoints import save_checkpoint
 from tests.mlflow_server import free_port
-from tests.training_fixtures import ROOT
+from tests.training_fixtures import ROOT, write_encoded
 
 SECRET = "s3cr3t-pw"
 VOCAB = 40
+
+
+def _base_settings() -> dict:
+    """What the tiny base variant is trained with: score refuses a checkpoint of other settings."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    return trained_settings(experiment.variant("base"), experiment)
 
 
 @pytest.fixture
@@ -33,7 +38,7 @@ def scoring(tmp_path) -> dict:
     torch.manual_seed(0)
     checkpoint = tmp_path / "final.pt"
     save_checkpoint({"model": Transformer(config, VOCAB).state_dict(), "model_config": config.model_dump(),
-                     "vocab_size": VOCAB, "step": 1, "settings": {}}, checkpoint)
+                     "vocab_size": VOCAB, "step": 1, "settings": _base_settings()}, checkpoint)
     write_encoded(tmp_path / "encoded", VOCAB, [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14])])
     (tmp_path / "hyp.txt").write_text("ein kleines Haus\nder Hund bellt\n")
     (tmp_path / "ref.txt").write_text("ein kleines Haus\nder Hund schläft\n")

@@ -63,7 +63,7 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
         differences = "; ".join(differing_settings(state.get("settings") or {}, expected_settings))
         raise CheckpointError(
             f"{checkpoint}: trained with other settings than the experiment now has ({differences}); "
-            f"retrain the variant (`reproduce train ... --restart`) before decoding"
+            f"retrain the variant (`reproduce train ... --restart`) before decoding or scoring it"
         )
     try:
         config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
