@@ -205,26 +205,40 @@ def test_snakemake_tables_renders_what_exists_without_training(tmp_path):
     assert not (tmp_path / "results/downloads").exists()
 
 
-def test_an_edited_variant_is_replanned_alone_and_refused_until_restarted(pipeline):
-    """Issue 14: the experiment file reaches the train rule as a fingerprint of what the weights
-    depend on; an edit replans that variant only, and resuming its old checkpoints is refused."""
+def test_an_edited_variant_is_refused_before_anything_is_deleted_and_shown_stale(pipeline):
+    """The experiment file reaches the train rule as a fingerprint of what the weights depend
+    on. A finished variant whose settings were edited is refused while Snakemake plans, before
+    it deletes the outputs of the job it would rerun; the tables mark it stale instead of
+    showing its old scores beside the new settings; moved aside, it is replanned alone."""
     experiment_file = pipeline / "configs/tiny.yaml"
     original = experiment_file.read_text()
     experiment = yaml.safe_load(original)
     experiment["variants"]["A_h1"].setdefault("model", {})["dropout"] = 0.3
     experiment["variants"]["base"].setdefault("decoding", {})["beam_size"] = 2
     experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    variant = pipeline / "results/tiny/A_h1"
+    kept = sorted(path.relative_to(variant) for path in variant.rglob("*") if path.is_file())
     try:
-        result = _snakemake(pipeline, "--dry-run", "all")
-        assert result.returncode == 0, result.stderr
+        refused = _snakemake(pipeline, "--dry-run", "all")
+        assert refused.returncode != 0
+        assert "StaleTrainingError" in refused.stderr and "model.dropout: 0.1 -> 0.3" in refused.stderr
+        assert "move" in refused.stderr and "results/tiny/A_h1" in refused.stderr
+        ran = _snakemake(pipeline, "all")
+        assert ran.returncode != 0 and "StaleTrainingError" in ran.stderr
+        assert sorted(path.relative_to(variant) for path in variant.rglob("*") if path.is_file()) == kept
+
+        snapshot = _snakemake(pipeline, "tables")
+        assert snapshot.returncode == 0, snapshot.stderr[-3000:]
+        table3 = pd.read_csv(pipeline / "results/tiny/tables_so_far/table3.csv")
+        row = table3[table3["variant"] == "A_h1"].iloc[0]
+        assert row["status"].startswith("stale") and pd.isna(row["BLEU (dev)"]), row
+
+        variant.rename(pipeline / "results/tiny/A_h1.before-edit")
         jobs = _planned_jobs(pipeline, "all")
         assert jobs["train"] == 1 and jobs["decode"] == 4, jobs  # A_h1's training; base's decoding
-        train_job = result.stdout[result.stdout.index("rule train:"):].split("\n\n")[0]
-        assert "variant=A_h1" in train_job
-        refused = _snakemake(pipeline, "results/tiny/A_h1/train/final.pt")
-        assert refused.returncode != 0
-        log = (pipeline / "results/logs/tiny/train_A_h1.log").read_text().strip().splitlines()[-1]
-        assert log.startswith("reproduce train: error: ") and "model.dropout: 0.1 -> 0.3" in log, log
-        assert "--restart" in log and len(list((pipeline / "results/tiny/A_h1/checkpoints").glob("step_*.pt"))) == 5
+        train_job = _snakemake(pipeline, "--dry-run", "all").stdout
+        assert "variant=A_h1" in train_job[train_job.index("rule train:"):].split("\n\n")[0]
     finally:
         experiment_file.write_text(original)
+        if (pipeline / "results/tiny/A_h1.before-edit").exists():
+            (pipeline / "results/tiny/A_h1.before-edit").rename(variant)

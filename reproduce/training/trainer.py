@@ -446,6 +446,10 @@ class Trainer:
         summary = {
             "dataset": self.dataset,
             "variant": self.variant.name,
+            # What the weights depend on: an edit of the experiment file is told by it
+            # (reproduce.training.staleness), without loading a checkpoint.
+            "settings": self.settings,
+            "fingerprint": fingerprint(self.settings),
             "steps": self.step,
             "parameters": self.model.num_parameters(),
             **totals,

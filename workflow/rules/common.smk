@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
@@ -15,7 +16,9 @@ from reproduce.config import (
     trained_settings,
 )
 from reproduce.data.download import file_name as download_name
+from reproduce.data.text import read_json
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
+from reproduce.training.staleness import refuse_stale_training
 
 
 def _refuse_duplicate_keys_in_pipeline_config(paths):
@@ -112,6 +115,21 @@ def split_downloads(wildcards):
 
 def variant_dir(dataset, variant):
     return f"{RESULTS}/{dataset}/{variant}"
+
+
+def training_inputs(wildcards):
+    """The encoded train and dev splits, once a finished run of the variant is checked to be of
+    the settings the experiment file now gives (reproduce.training.staleness)."""
+    experiment = EXPERIMENTS[wildcards.dataset]
+    folder = variant_dir(wildcards.dataset, wildcards.variant)
+    summary_path = f"{folder}/train/summary.json"
+    summary = read_json(Path(summary_path)) if os.path.exists(summary_path) else None
+    settings = trained_settings(experiment.variant(wildcards.variant), experiment)
+    refuse_stale_training(Path(folder), summary, settings)
+    return {
+        "train": f"{RESULTS}/{wildcards.dataset}/encoded/train",
+        "dev": f"{RESULTS}/{wildcards.dataset}/encoded/dev",
+    }
 
 
 def tracking_root(wildcards):

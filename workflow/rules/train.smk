@@ -4,8 +4,9 @@ on the save grid, those that training lists in train/checkpoints.json."""
 
 rule train:
     input:
-        train=f"{RESULTS}/{{dataset}}/encoded/train",
-        dev=f"{RESULTS}/{{dataset}}/encoded/dev",
+        # the encoded splits; a finished run whose settings were edited is refused while
+        # Snakemake plans, before it would delete the run's outputs to retrain it
+        unpack(training_inputs),
     output:
         final=f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
         summary=f"{RESULTS}/{{dataset}}/{{variant}}/train/summary.json",

@@ -1,0 +1,47 @@
+"""Whether a variant's finished training is of the settings its experiment file gives now.
+
+A finished run's ``train/summary.json`` records the settings it was trained with
+(:func:`reproduce.config.trained_settings`). After an edit of the experiment file:
+
+- Snakemake would replan the variant's training and, as it does before any job, delete the
+  job's outputs (``final.pt``, ``summary.json``, the checkpoint list), only for the trainer to
+  refuse the old checkpoints. :func:`refuse_stale_training` is called while Snakemake builds its
+  plan instead, before anything is deleted, and names the differing settings.
+- The tables would show the old model's scores beside the new settings; they mark the variant
+  stale instead (:mod:`reproduce.tables.results`).
+
+Raising ``training.steps`` is not an edit of this kind: steps are not among the trained settings,
+and the run continues. A summary written before summaries recorded their settings is taken as
+current: nothing it holds can tell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reproduce.config import differing_settings
+from reproduce.errors import ConfigError
+
+
+class StaleTrainingError(ConfigError):
+    """A finished training was of other settings than the experiment file now gives."""
+
+
+def changed_settings(summary: dict | None, settings: dict) -> list[str]:
+    """``key: recorded -> current`` for each setting the summary's run was trained without; empty
+    when it is current (or records none)."""
+    if summary is None or "settings" not in summary:
+        return []
+    return differing_settings(summary["settings"], settings)
+
+
+def refuse_stale_training(variant_dir: Path, summary: dict | None, settings: dict) -> None:
+    """Refuse to replan a finished variant whose settings were edited, naming what changed."""
+    changes = changed_settings(summary, settings)
+    if changes:
+        raise StaleTrainingError(
+            f"{variant_dir}: trained with other settings than the experiment file now gives "
+            f"({'; '.join(changes)}); its results stay as they are and are marked stale in the "
+            f"tables. To train it anew, move {variant_dir} aside (or run its `reproduce train` "
+            f"with --restart), or undo the edit"
+        )
