@@ -15,6 +15,7 @@ from reproduce.config import (
     trained_settings,
 )
 from reproduce.data.download import file_name as download_name
+from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
 
 
@@ -140,10 +141,12 @@ def scores_summary_file(dataset, variant):
 
 
 def every_variant_scored(wildcards):
+    """Every variant's scores, and the translations and references that the tables'
+    significance tests read (reproduce/tables/comparisons.py)."""
     return [
         scores_summary_file(wildcards.dataset, variant)
         for variant in EXPERIMENTS[wildcards.dataset].variants
-    ]
+    ] + compared_files(EXPERIMENTS[wildcards.dataset], RESULTS)
 
 
 def variant_scores(wildcards):
