@@ -175,7 +175,8 @@ def _significance_notes(experiment: Experiment) -> list[str]:
             "tested with sacreBLEU's paired bootstrap (Koehn 2004) on the same test sentences "
             f"against the same references: {RESAMPLES} resamples, seed {SEED}; Δ 95% CI: the "
             "2.5th and 97.5th percentiles of the resampled differences; p: sacreBLEU's p-value, "
-            "a difference significant at 0.05 when p < 0.05 (reproduce/scoring/significance.py)."]
+            "a difference significant at 0.05 when p < 0.05 (reproduce/scoring/significance.py); "
+            "near 0.05 the p-value and the interval can disagree (see Table 3's notes)."]
 
 
 def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:

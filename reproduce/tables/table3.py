@@ -76,7 +76,11 @@ def table3_caption(experiment: Experiment) -> tuple[str, str, list[str]]:
         f"sacreBLEU's paired bootstrap (Koehn 2004) on the same {experiment.name} dev sentences: "
         f"{RESAMPLES} resamples, seed {SEED}; Δ 95% CI: the 2.5th and 97.5th percentiles of the "
         "resampled differences; p vs base: sacreBLEU's p-value (reproduce/scoring/"
-        f"significance.py). p < 0.05: * marks a difference significant at {ALPHA}.",
+        f"significance.py). p < 0.05: * marks a difference significant at {ALPHA}. The two are "
+        "read off the same resamples in different ways (the p-value compares the observed |Δ| "
+        "with the resampled |Δ| centred on their mean; the interval is percentile) and can "
+        "disagree near the threshold: a * with an interval that just reaches 0 is a borderline "
+        "difference.",
         "— = not available yet.",
     ]
     return f"Table 3 — {experiment.name}: variations on the base model", measured, notes
