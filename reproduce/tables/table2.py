@@ -22,12 +22,19 @@ import pandas as pd
 
 from reproduce.config import Experiment
 from reproduce.gpu_peak_rates import peak_rate
+from reproduce.scoring.significance import RESAMPLES, SEED
+from reproduce.tables.comparisons import compare, interval_text, table2_pairs
 from reproduce.tables.paper import paper_table2
 from reproduce.tables.results import VariantResults, read_variant
 
 CITED = "cited, not reproduced"
+# Paired bootstrap tests of our rows against these Table 2 roles (tables.table2).
+BASELINES = ("rnn", "base")
 COLUMNS = ["model", "status", "device", "BLEU (tokenized)", "sacreBLEU", "paper BLEU",
-           "BLEU - paper", "GPU-hours", "rate basis", "peak FLOPs/s per GPU",
+           "BLEU - paper",
+           *(column for role in BASELINES for column in (
+               f"ΔsacreBLEU vs {role}", f"Δ 95% CI vs {role}", f"p vs {role}")),
+           "GPU-hours", "rate basis", "peak FLOPs/s per GPU",
            "FLOPs (GPU-hours x rate)",
            "FLOPs (exact count)", "paper FLOPs"]
 # Our rows with no counterpart in the paper's Table 2 (``reproduced_as``): role -> model name.
@@ -88,10 +95,28 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
     }
 
 
+def _significance(experiment: Experiment, results_dir: Path) -> dict[str, dict]:
+    """Variant -> its paired bootstrap columns against each baseline role it is tested with."""
+    roles = {variant: role for role, variant in experiment.tables.table2.items()}
+    columns: dict[str, dict] = {}
+    for pair in table2_pairs(experiment):
+        comparison = compare(experiment, results_dir, pair)
+        if comparison is None:
+            continue
+        role = roles[pair.baseline]
+        columns.setdefault(pair.system, {}).update({
+            f"ΔsacreBLEU vs {role}": comparison.difference,
+            f"Δ 95% CI vs {role}": interval_text(comparison),
+            f"p vs {role}": comparison.p_value,
+        })
+    return columns
+
+
 def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
     """Our base/big rows first (as ``tables.table2`` maps them), then our recurrent baseline,
     then the cited systems that have a number for ``tables.paper_language_pair``."""
     pair = experiment.tables.paper_language_pair
+    tests = _significance(experiment, results_dir)
     ours, cited = [], []
     for _, paper in paper_table2().iterrows():
         paper_bleu, paper_flops = paper[f"bleu_{pair}"], paper[f"flops_{pair}"]
@@ -99,7 +124,7 @@ def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
         if variant is not None:
             results = read_variant(results_dir, experiment.name, variant)
             row = _our_row(experiment, variant, results, paper_bleu, paper_flops)
-            ours.append({"model": paper["model"], **row})
+            ours.append({"model": paper["model"], **row, **tests.get(variant, {})})
         elif pd.notna(paper_bleu) or pd.notna(paper_flops):
             cited.append({"model": paper["model"], "status": CITED, "paper BLEU": paper_bleu,
                           "paper FLOPs": paper_flops})
@@ -139,6 +164,21 @@ def _baseline_notes(experiment: Experiment) -> list[str]:
             "systems, GNMT and Deep-Att, are cited), so paper BLEU and FLOPs are empty."]
 
 
+def _significance_notes(experiment: Experiment) -> list[str]:
+    """What the Δ, CI and p columns test, for the pairs this experiment's mapping gives."""
+    roles = {variant: role for role, variant in experiment.tables.table2.items()}
+    pairs = [f"{roles[pair.system]} against {roles[pair.baseline]}"
+             for pair in table2_pairs(experiment)]
+    if not pairs:
+        return []
+    return [f"ΔsacreBLEU vs <role>: this row's sacreBLEU minus that row's ({', '.join(pairs)}), "
+            "tested with sacreBLEU's paired bootstrap (Koehn 2004) on the same test sentences "
+            f"against the same references: {RESAMPLES} resamples, seed {SEED}; Δ 95% CI: the "
+            "2.5th and 97.5th percentiles of the resampled differences; p: sacreBLEU's p-value, "
+            "a difference significant at 0.05 when p < 0.05 (reproduce/scoring/significance.py); "
+            "near 0.05 the p-value and the interval can disagree (see Table 3's notes)."]
+
+
 def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:
     """Heading, what was measured, and the notes printed under the table."""
     pair = experiment.tables.paper_language_pair.replace("_", "-").upper()
@@ -153,6 +193,7 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
         "sacreBLEU on detokenized output against the official references as released (read as "
         "`sacrebleu -t` reads them, not normalised)" + (
             f": `{'`, `'.join(sorted(signatures))}`." if signatures else "."),
+        *_significance_notes(experiment),
         "FLOPs (GPU-hours x rate): the paper's estimate, GPU-hours x 3600 s x a rate per GPU. "
         "The paper used 9.5e12 FLOP/s for its P100s; we use the datasheet peak of the GPU that "
         "ran (rate basis), at its training precision: fp32 = the FP32 peak without tensor cores, "

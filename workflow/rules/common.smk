@@ -17,6 +17,7 @@ from reproduce.config import (
 )
 from reproduce.data.download import file_name as download_name
 from reproduce.data.text import read_json
+from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
 from reproduce.training.staleness import refuse_stale_training
 
@@ -158,10 +159,12 @@ def scores_summary_file(dataset, variant):
 
 
 def every_variant_scored(wildcards):
+    """Every variant's scores, and the translations and references that the tables'
+    significance tests read (reproduce/tables/comparisons.py)."""
     return [
         scores_summary_file(wildcards.dataset, variant)
         for variant in EXPERIMENTS[wildcards.dataset].variants
-    ]
+    ] + compared_files(EXPERIMENTS[wildcards.dataset], RESULTS)
 
 
 def every_variant_trained(wildcards):
