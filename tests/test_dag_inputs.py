@@ -7,6 +7,7 @@ outputs are up to date, by Snakemake's design, as for temp() files; deleting the
 that no job needs it.) A grep of the rules then finds no `params:`
 that stands for a file a job reads."""
 
+import json
 import os
 import re
 import shutil
@@ -171,3 +172,47 @@ def test_no_rule_passes_a_file_it_reads_as_a_param():
     assert "experiment" in params and "render" in params  # the grep finds them at all
     unexplained = {name: rules for name, rules in params.items() if name not in NOT_FILES_READ}
     assert unexplained == {}, "a param that may be a file read: declare it as an input"
+
+
+def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_stale(tree):
+    """An edit of a finished variant's settings would replan its training, and Snakemake would
+    delete the training's outputs before the trainer refuses the old checkpoints. The training
+    job is refused while Snakemake plans instead: with its outputs there, it drops out of the
+    plan (nothing after it is replanned), the workflow warns once, naming the edit, and nothing
+    in the variant's folder changes; asked for an output it lacks, the plan stops with that
+    message."""
+    from reproduce.config import load_experiment, trained_settings
+
+    experiment_file = tree / "configs/tiny.yaml"
+    original_experiment = experiment_file.read_text()
+    experiment = load_experiment(experiment_file)
+    summary = tree / "results/tiny/A_h1/train/summary.json"
+    original_summary = summary.read_text()
+    folder = tree / "results/tiny/A_h1"
+    try:
+        settings = trained_settings(experiment.variant("A_h1"), experiment)
+        summary.write_text(json.dumps({"settings": settings}))  # as training writes it
+        edited = yaml.safe_load(original_experiment)
+        edited["variants"]["A_h1"].setdefault("model", {})["dropout"] = 0.3
+        experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+        before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+        jobs, output = _dry_run(tree)
+        assert "train" not in jobs and "average" not in jobs, jobs
+        stale = [line for line in output.splitlines() if line.startswith("Stale: ")]
+        assert len(stale) == 1 and "results/tiny/A_h1" in stale[0], output[-3000:]
+        assert "model.dropout: 0.1 -> 0.3" in stale[0] and "move" in stale[0]
+        assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+
+        final = folder / "train/final.pt"
+        final.rename(folder / "final.pt.kept")
+        try:
+            result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
+                                     "--dry-run", "results/tiny/A_h1/train/final.pt"], cwd=tree,
+                                    capture_output=True, text=True, timeout=600)
+            assert result.returncode != 0
+            assert "StaleTrainingError" in result.stdout + result.stderr
+        finally:
+            (folder / "final.pt.kept").rename(final)
+    finally:
+        experiment_file.write_text(original_experiment)
+        summary.write_text(original_summary)

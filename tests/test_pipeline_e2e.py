@@ -209,11 +209,13 @@ def test_snakemake_tables_renders_what_exists_without_training(tmp_path):
     assert not (tmp_path / "results/downloads").exists()
 
 
-def test_an_edited_variant_is_refused_before_anything_is_deleted_and_shown_stale(pipeline):
+def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once_moved(pipeline):
     """The experiment file reaches the train rule as a fingerprint of what the weights depend
-    on. A finished variant whose settings were edited is refused while Snakemake plans, before
-    it deletes the outputs of the job it would rerun; the tables mark it stale instead of
-    showing its old scores beside the new settings; moved aside, it is replanned alone."""
+    on. A finished variant whose settings were edited is not retrained over (Snakemake would
+    delete its outputs first, and the trainer refuses the old checkpoints): the run warns once,
+    naming the edit, goes on with the rest (the other variant's edited beam size), deletes
+    nothing, and the tables mark the variant stale instead of showing its old scores beside the
+    new settings. Moved aside, it is replanned alone."""
     experiment_file = pipeline / "configs/tiny.yaml"
     original = experiment_file.read_text()
     experiment = yaml.safe_load(original)
@@ -221,25 +223,23 @@ def test_an_edited_variant_is_refused_before_anything_is_deleted_and_shown_stale
     experiment["variants"]["base"].setdefault("decoding", {})["beam_size"] = 2
     experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
     variant = pipeline / "results/tiny/A_h1"
-    kept = sorted(path.relative_to(variant) for path in variant.rglob("*") if path.is_file())
+    kept = {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()}
     try:
-        refused = _snakemake(pipeline, "--dry-run", "all")
-        assert refused.returncode != 0
-        assert "StaleTrainingError" in refused.stderr and "model.dropout: 0.1 -> 0.3" in refused.stderr
-        assert "move" in refused.stderr and "results/tiny/A_h1" in refused.stderr
+        jobs = _planned_jobs(pipeline, "all")
+        assert "train" not in jobs and jobs["decode"] == 2, jobs  # base's decodings only
         ran = _snakemake(pipeline, "all")
-        assert ran.returncode != 0 and "StaleTrainingError" in ran.stderr
-        assert sorted(path.relative_to(variant) for path in variant.rglob("*") if path.is_file()) == kept
-
-        snapshot = _snakemake(pipeline, "tables")
-        assert snapshot.returncode == 0, snapshot.stderr[-3000:]
-        table3 = pd.read_csv(pipeline / "results/tiny/tables_so_far/table3.csv")
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        stale = [line for line in ran.stdout.splitlines() + ran.stderr.splitlines()
+                 if line.startswith("Stale: ")]
+        assert stale and "results/tiny/A_h1" in stale[0] and "model.dropout: 0.1 -> 0.3" in stale[0]
+        assert {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()} == kept
+        table3 = pd.read_csv(pipeline / "results/tiny/tables/table3.csv")
         row = table3[table3["variant"] == "A_h1"].iloc[0]
         assert row["status"].startswith("stale") and pd.isna(row["BLEU (dev)"]), row
 
         variant.rename(pipeline / "results/tiny/A_h1.before-edit")
         jobs = _planned_jobs(pipeline, "all")
-        assert jobs["train"] == 1 and jobs["decode"] == 4, jobs  # A_h1's training; base's decoding
+        assert jobs["train"] == 1 and "decode" in jobs, jobs
         train_job = _snakemake(pipeline, "--dry-run", "all").stdout
         assert "variant=A_h1" in train_job[train_job.index("rule train:"):].split("\n\n")[0]
     finally:

@@ -102,6 +102,32 @@ def test_table3_puts_our_numbers_beside_the_papers(results, tmp_path):
     assert table.loc["base", "positional"] == "sinusoidal"
 
 
+def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_scores(results, tmp_path):
+    """Its summary records the settings it was trained with: after an edit of the experiment
+    file, the tables show it stale (naming the edit) instead of the old model's numbers beside
+    the new settings; with the settings it has now, the same files read as scored."""
+    from reproduce.config import trained_settings
+
+    experiment = make_experiment()
+    summary_path = results / "toy/base/train/summary.json"
+    summary = json.loads(summary_path.read_text())
+    settings = trained_settings(experiment.variant("base"), experiment)
+    write_json(summary_path, summary | {"settings": settings | {"model.dropout": 0.3}})
+    render_tables(experiment, results, tmp_path / "stale")
+    base = pd.read_csv(tmp_path / "stale/table3.csv").set_index("variant").loc["base"]
+    assert base["status"] == "stale: trained with other settings (model.dropout: 0.3 -> 0.1)"
+    assert pd.isna(base["BLEU (dev)"]) and pd.isna(base["PPL (dev)"]) and pd.isna(base["params x10^6"])
+    assert base["P_drop"] == 0.1  # the settings shown are the experiment file's
+    table2 = pd.read_csv(tmp_path / "stale/table2.csv")
+    ours = table2[table2["model"] == "Transformer (base model)"].iloc[0]
+    assert ours["status"].startswith("stale") and pd.isna(ours["BLEU (tokenized)"])
+
+    write_json(summary_path, summary | {"settings": settings})
+    render_tables(experiment, results, tmp_path / "current")
+    base = pd.read_csv(tmp_path / "current/table3.csv").set_index("variant").loc["base"]
+    assert base["status"] == "scored" and base["BLEU (dev)"] == 21.5
+
+
 def test_table3_leaves_missing_results_empty_but_keeps_the_papers_numbers(results, tmp_path):
     render_tables(make_experiment(), results, tmp_path / "tables")
     table = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant")
@@ -225,7 +251,7 @@ def test_plots_show_what_has_finished_and_say_when_nothing_has(results, tmp_path
     axes = bleu_vs_parameters_figure(table3, "toy").axes[0]
     assert [text.get_text() for text in axes.texts] == ["base"]  # only base has BLEU and params
     assert axes.collections[0].get_offsets().tolist() == [[2.0, 21.5]]
-    curves = {name: read_variant(results, "toy", name) for name in experiment.variants}
+    curves = {name: read_variant(results, make_experiment(), name) for name in experiment.variants}
     lines = dev_perplexity_figure(curves, "toy").axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["base", "E_learned"]
     assert lines[0].get_xdata().tolist() == [100, 200]
@@ -233,7 +259,7 @@ def test_plots_show_what_has_finished_and_say_when_nothing_has(results, tmp_path
     empty = build_table3(experiment, tmp_path / "empty")
     assert [text.get_text() for text in bleu_vs_parameters_figure(empty, "toy").axes[0].texts] == \
         ["no results yet"]
-    nothing = {"base": read_variant(tmp_path / "empty", "toy", "base")}
+    nothing = {"base": read_variant(tmp_path / "empty", make_experiment(), "base")}
     assert [text.get_text() for text in dev_perplexity_figure(nothing, "toy").axes[0].texts] == \
         ["no results yet"]
     plt.close("all")
@@ -254,14 +280,14 @@ def test_dev_curve_keeps_the_last_record_of_a_step_logged_again_after_a_resume(r
     again = '{"step": 100, "dev_loss": 1.9, "dev_perplexity": 6.7}\n'
     metrics.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n'
                        '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n' + again + '{"step": 2')
-    curve = read_variant(results, "toy", "E_learned").dev_curve  # half-written last line left out
+    curve = read_variant(results, make_experiment(), "E_learned").dev_curve  # half-written last line left out
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 6.7), (200, 6.05)]
 
 
 def test_a_finished_variants_curve_comes_from_its_summary_not_the_live_log(results):
     """The summary is what final_tables declares; metrics.jsonl is not among its inputs."""
     (results / "toy/base/train/metrics.jsonl").unlink()
-    curve = read_variant(results, "toy", "base").dev_curve
+    curve = read_variant(results, make_experiment(), "base").dev_curve
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 7.389), (200, 6.05)]
 
 

@@ -11,6 +11,7 @@ from reproduce.records import DamagedRecordsError, read_records
 from reproduce.tables.results import read_variant
 from reproduce.tracking import start_variant_run, tracking_uri
 from reproduce.training.trainer import Trainer
+from tests.test_tables import make_experiment
 from tests.training_fixtures import corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
@@ -94,7 +95,7 @@ def test_the_tables_leave_a_torn_tail_out_with_a_warning(tmp_path, caplog):
     metrics.write_bytes(b"".join(json.dumps(row).encode() + b"\n" for row in rows)
                         + TORN["NUL-filled"] + b"\n\n")
     with caplog.at_level(logging.WARNING):
-        assert read_variant(tmp_path, "toy", "base").dev_curve == rows
+        assert read_variant(tmp_path, make_experiment(), "base").dev_curve == rows
     assert f"{metrics}: its last line (2) is a torn record" in caplog.text
 
 

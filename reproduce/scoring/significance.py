@@ -34,6 +34,8 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from reproduce.errors import DataError
+
 RESAMPLES = 1000
 SEED = 12345  # sacreBLEU's own default (SACREBLEU_SEED), pinned so that tables never vary
 ALPHA = 0.05
@@ -118,11 +120,11 @@ def paired_bootstrap(system: Sequence[str], baseline: Sequence[str], references:
     """sacreBLEU's paired bootstrap test of ``system`` against ``baseline``: detokenized
     hypotheses, one per reference line, the same references for both."""
     if not len(system) == len(baseline) == len(references):
-        raise ValueError(
+        raise DataError(
             f"paired bootstrap needs one hypothesis per reference from each system: got "
             f"{len(system)} and {len(baseline)} hypotheses for {len(references)} references")
     if not references:
-        raise ValueError("paired bootstrap needs at least one sentence")
+        raise DataError("paired bootstrap needs at least one sentence")
     with _sacrebleu_seed(seed):
         signatures, results = PairedTest(
             [("baseline", list(baseline)), ("system", list(system))], {"BLEU": BLEU()},

@@ -24,6 +24,7 @@ from pathlib import Path
 from reproduce.config import Experiment
 from reproduce.scoring.bleu import _read_lines
 from reproduce.scoring.significance import PairedComparison, paired_bootstrap
+from reproduce.tables.results import read_variant
 
 TABLE3_OUTPUTS = ("dev", "last")
 TABLE2_OUTPUTS = ("test", "averaged")
@@ -84,9 +85,13 @@ def compared_files(experiment: Experiment, results_dir: Path | str) -> list[str]
 
 
 def compare(experiment: Experiment, results_dir: Path, pair: Pair) -> PairedComparison | None:
-    """The paired test of ``pair``, or None while one of its files is missing."""
+    """The paired test of ``pair``, or None while one of its files is missing or one of its
+    systems is stale (trained with settings since edited: another model's translations)."""
     paths = _pair_files(Path(results_dir), experiment.name, pair)
     if not all(path.exists() for path in paths):
+        return None
+    if any(read_variant(Path(results_dir), experiment, variant).stale
+           for variant in (pair.system, pair.baseline)):
         return None
     system, baseline, references = (_read_lines(path) for path in paths)
     return paired_bootstrap(system, baseline, references)

@@ -66,7 +66,7 @@ def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> l
     files written."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    every_variant = {name: read_variant(results_dir, experiment.name, name)
+    every_variant = {name: read_variant(results_dir, experiment, name)
                      for name in experiment.variants}
     if experiment.task == "parsing":
         written = _write_table(out_dir, "table4", build_table4(experiment, results_dir),

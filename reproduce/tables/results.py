@@ -14,19 +14,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reproduce.config import Experiment, trained_settings
 from reproduce.errors import DataError
 from reproduce.records import dev_curve, read_records
 from reproduce.tables.outputs import SCORES_FILE
+from reproduce.training.staleness import changed_settings
 
 
 @dataclass(frozen=True)
 class VariantResults:
+    """What a variant has produced; nothing of it is shown when it was trained with other settings
+    than the experiment file now gives (``changed``): those are another model's results."""
+
     summary: dict | None  # train/summary.json
     scores: dict | None  # bleu.json or f1.json: {"dev": {...dev.last}, "test": {...test.averaged}}
     dev_curve: list[dict]  # the {"step", "dev_loss", "dev_perplexity"} rows of metrics.jsonl
+    changed: tuple[str, ...] = ()  # "key: trained -> now" of each edited setting
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.changed)
 
     @property
     def status(self) -> str:
+        if self.stale:
+            return f"stale: trained with other settings ({'; '.join(self.changed)})"
         if self.scores is not None:
             return "scored"
         if self.summary is not None:
@@ -34,13 +46,13 @@ class VariantResults:
         return "pending: training" if self.dev_curve else "pending: not started"
 
     def trained(self, key: str) -> Any:
-        return None if self.summary is None else self.summary.get(key)
+        return None if self.summary is None or self.stale else self.summary.get(key)
 
     def dev(self, key: str) -> Any:
-        return None if self.scores is None else self.scores.get("dev", {}).get(key)
+        return None if self.scores is None or self.stale else self.scores.get("dev", {}).get(key)
 
     def test(self, key: str) -> Any:
-        return None if self.scores is None else self.scores.get("test", {}).get(key)
+        return None if self.scores is None or self.stale else self.scores.get("test", {}).get(key)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -64,9 +76,12 @@ def _read_scores(folder: Path) -> dict | None:
     return None
 
 
-def read_variant(results_dir: Path, dataset: str, variant: str) -> VariantResults:
-    folder = results_dir / dataset / variant
+def read_variant(results_dir: Path, experiment: Experiment, variant: str) -> VariantResults:
+    folder = results_dir / experiment.name / variant
     summary = _read_json(folder / "train" / "summary.json")
+    changed = changed_settings(summary, trained_settings(experiment.variant(variant), experiment))
+    if changed:
+        return VariantResults(summary=summary, scores=None, dev_curve=[], changed=tuple(changed))
     if summary is not None:  # finished: its summary holds the curve
         curve = summary.get("dev_curve", [])
     else:  # training (:func:`reproduce.records.read_records` leaves a torn last line out)

@@ -122,7 +122,7 @@ def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
         paper_bleu, paper_flops = paper[f"bleu_{pair}"], paper[f"flops_{pair}"]
         variant = experiment.tables.table2.get(paper["reproduced_as"])
         if variant is not None:
-            results = read_variant(results_dir, experiment.name, variant)
+            results = read_variant(results_dir, experiment, variant)
             row = _our_row(experiment, variant, results, paper_bleu, paper_flops)
             ours.append({"model": paper["model"], **row, **tests.get(variant, {})})
         elif pd.notna(paper_bleu) or pd.notna(paper_flops):
@@ -131,7 +131,7 @@ def build_table2(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
     for role, model in OUR_BASELINES.items():
         variant = experiment.tables.table2.get(role)
         if variant is not None:
-            results = read_variant(results_dir, experiment.name, variant)
+            results = read_variant(results_dir, experiment, variant)
             row = _our_row(experiment, variant, results, float("nan"), float("nan"))
             ours.append({"model": model, **row})
     return pd.DataFrame(ours + cited, columns=COLUMNS)
@@ -186,7 +186,7 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
         f"{role} = {variant}: last {experiment.variant(variant).training.average_last}"
         for role, variant in experiment.tables.table2.items()
     ) or "no variant mapped in tables.table2"
-    signatures = {read_variant(results_dir, experiment.name, variant).test("sacrebleu_signature")
+    signatures = {read_variant(results_dir, experiment, variant).test("sacrebleu_signature")
                   for variant in experiment.tables.table2.values()} - {None}
     notes = [
         _tokenized_bleu_note(experiment),

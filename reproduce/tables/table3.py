@@ -41,7 +41,7 @@ def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
             continue
         variant = experiment.variant(name)
         model = variant.model
-        results = read_variant(results_dir, experiment.name, name)
+        results = read_variant(results_dir, experiment, name)
         cited = paper.loc[name] if name in paper.index else None
         rows.append({
             "row": spec.table3_row, "variant": name, "status": results.status,

@@ -45,7 +45,7 @@ def build_table4(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
     for _, paper in paper_table4().iterrows():
         variant = reproduced.get(paper["training"])
         if paper["parser"] == PAPER_TRANSFORMER and variant is not None:
-            results = read_variant(results_dir, experiment.name, variant)
+            results = read_variant(results_dir, experiment, variant)
             row = _our_row(variant, results, float(paper["f1"]))
         else:
             row = {"status": CITED, "paper F1": paper["f1"]}

@@ -6,7 +6,9 @@ A finished run's ``train/summary.json`` records the settings it was trained with
 - Snakemake would replan the variant's training and, as it does before any job, delete the
   job's outputs (``final.pt``, ``summary.json``, the checkpoint list), only for the trainer to
   refuse the old checkpoints. :func:`refuse_stale_training` is called while Snakemake builds its
-  plan instead, before anything is deleted, and names the differing settings.
+  plan instead, before anything is deleted: a training job that cannot be built is left out of
+  the plan where its outputs exist (Snakemake then takes them as they are), and stops the plan
+  where they do not. The workflow warns of each stale variant once, naming the edit.
 - The tables would show the old model's scores beside the new settings; they mark the variant
   stale instead (:mod:`reproduce.tables.results`).
 
@@ -35,13 +37,19 @@ def changed_settings(summary: dict | None, settings: dict) -> list[str]:
     return differing_settings(summary["settings"], settings)
 
 
-def refuse_stale_training(variant_dir: Path, summary: dict | None, settings: dict) -> None:
-    """Refuse to replan a finished variant whose settings were edited, naming what changed."""
+def stale_training_message(variant_dir: Path, summary: dict | None, settings: dict) -> str | None:
+    """What to tell of a finished variant whose settings were edited; None when it is current."""
     changes = changed_settings(summary, settings)
-    if changes:
-        raise StaleTrainingError(
-            f"{variant_dir}: trained with other settings than the experiment file now gives "
-            f"({'; '.join(changes)}); its results stay as they are and are marked stale in the "
-            f"tables. To train it anew, move {variant_dir} aside (or run its `reproduce train` "
-            f"with --restart), or undo the edit"
-        )
+    if not changes:
+        return None
+    return (f"{variant_dir}: trained with other settings than the experiment file now gives "
+            f"({'; '.join(changes)}); it is not retrained, its results stay as they are and are "
+            f"marked stale in the tables. To train it anew, move {variant_dir} aside (or run its "
+            f"`reproduce train` with --restart), or undo the edit")
+
+
+def refuse_stale_training(variant_dir: Path, summary: dict | None, settings: dict) -> None:
+    """Refuse to plan the training of a finished variant whose settings were edited."""
+    message = stale_training_message(variant_dir, summary, settings)
+    if message is not None:
+        raise StaleTrainingError(message)

@@ -6,6 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from snakemake.logging import logger
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from reproduce.config import (
@@ -17,9 +18,10 @@ from reproduce.config import (
 )
 from reproduce.data.download import file_name as download_name
 from reproduce.data.text import read_json
+from reproduce.errors import ReproduceError
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
-from reproduce.training.staleness import refuse_stale_training
+from reproduce.training.staleness import refuse_stale_training, stale_training_message
 
 
 def _refuse_duplicate_keys_in_pipeline_config(paths):
@@ -118,15 +120,34 @@ def variant_dir(dataset, variant):
     return f"{RESULTS}/{dataset}/{variant}"
 
 
+def _finished_training(dataset, variant):
+    """(folder, its summary or None, the settings the experiment file gives now)."""
+    experiment = EXPERIMENTS[dataset]
+    folder = Path(variant_dir(dataset, variant))
+    try:
+        summary = read_json(folder / "train/summary.json")
+    except (FileNotFoundError, ReproduceError):  # none, or damaged: for the tables to name
+        summary = None
+    if not isinstance(summary, dict):
+        summary = None
+    return folder, summary, trained_settings(experiment.variant(variant), experiment)
+
+
+def _warn_of_stale_variants():
+    for dataset, experiment in EXPERIMENTS.items():
+        for variant in experiment.variants:
+            message = stale_training_message(*_finished_training(dataset, variant))
+            if message is not None:
+                logger.warning(f"Stale: {message}")
+
+
+_warn_of_stale_variants()
+
+
 def training_inputs(wildcards):
     """The encoded train and dev splits, once a finished run of the variant is checked to be of
     the settings the experiment file now gives (reproduce.training.staleness)."""
-    experiment = EXPERIMENTS[wildcards.dataset]
-    folder = variant_dir(wildcards.dataset, wildcards.variant)
-    summary_path = f"{folder}/train/summary.json"
-    summary = read_json(Path(summary_path)) if os.path.exists(summary_path) else None
-    settings = trained_settings(experiment.variant(wildcards.variant), experiment)
-    refuse_stale_training(Path(folder), summary, settings)
+    refuse_stale_training(*_finished_training(wildcards.dataset, wildcards.variant))
     return {
         "train": f"{RESULTS}/{wildcards.dataset}/encoded/train",
         "dev": f"{RESULTS}/{wildcards.dataset}/encoded/dev",
