@@ -48,6 +48,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def integers(text: str, smallest: int, expected: str) -> list[int]:
+    """Comma-separated integers, none below ``smallest`` (``expected`` says what they are), for
+    the argparse types of options that take a list ("4,8,16"): a bad list is then a usage error
+    of its option, refused before any work starts."""
+    try:
+        values = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if any(value < smallest for value in values):
+        raise argparse.ArgumentTypeError(f"{text}: expected {expected}")
+    return values
+
+
 def existing_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():

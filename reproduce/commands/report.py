@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from reproduce.cli import (
-    add_command, add_experiment, add_threads, checkpoint_file, existing_file, positive_int,
+    add_command, add_experiment, add_threads, checkpoint_file, existing_file, integers,
+    positive_int,
 )
 from reproduce.commands import experiment_of
 from reproduce.errors import UsageError
@@ -40,11 +41,15 @@ def cmd_tables(args: argparse.Namespace) -> None:
         print(path)
 
 
-def _integers(text: str, option: str) -> list[int]:
-    try:
-        return [int(item) for item in text.split(",")]
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected comma-separated integers") from None
+def line_numbers(text: str) -> list[int]:
+    """--sentences: lines of the source and target files, counted from 0 as Python does."""
+    return integers(text, 0, "0-based line numbers")
+
+
+def layer_numbers(text: str) -> list[int]:
+    """--layers: counted from 1, as the paper numbers them (Figure 3 shows layer 5 of 6); the
+    model's own range is checked once it is loaded."""
+    return integers(text, 1, "1-based layer numbers")
 
 
 def _attention(commands: argparse._SubParsersAction) -> None:
@@ -56,8 +61,9 @@ def _attention(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--source", required=True, help="source sentences, one per line")
     sub.add_argument("--target", required=True,
                      help="their translations (e.g. the model's own), one per line")
-    sub.add_argument("--sentences", default="0", help="0-based line numbers, comma-separated")
-    sub.add_argument("--layers", default=None,
+    sub.add_argument("--sentences", type=line_numbers, default="0",
+                     help="0-based line numbers, comma-separated")
+    sub.add_argument("--layers", type=layer_numbers, default=None,
                      help="1-based layers, comma-separated (default: last)")
     sub.add_argument("--out-dir", required=True, help="folder for the figures")
     sub.add_argument("--results", default=None, help="results root, to log to the variant's run")
@@ -71,10 +77,8 @@ def cmd_attention(args: argparse.Namespace) -> None:
 
     if args.results and not (args.dataset and args.variant):
         raise UsageError("--results needs --dataset and --variant (the run to log the plots to)")
-    sentences = _integers(args.sentences, "--sentences")
-    layers = _integers(args.layers, "--layers") if args.layers else None
     written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
-                             Path(args.target), sentences, layers, Path(args.out_dir))
+                             Path(args.target), args.sentences, args.layers, Path(args.out_dir))
 
     def log_figures() -> None:
         run = variant_run_for(Path(args.results), args.dataset, args.variant, "attention")
@@ -87,11 +91,16 @@ def cmd_attention(args: argparse.Namespace) -> None:
         print(path)
 
 
+def sequence_lengths(text: str) -> list[int]:
+    """--lengths: refused before any timing starts, not after minutes of measuring."""
+    return integers(text, 1, "positive sequence lengths")
+
+
 def _table1(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "table1", cmd_table1,
                       "Table 1: complexity per layer, analytic and measured on this machine")
     sub.add_argument("--out-dir", required=True, help="folder for table1.md, .csv and .png")
-    sub.add_argument("--lengths", default="16,32,64,128,256,512,1024",
+    sub.add_argument("--lengths", type=sequence_lengths, default="16,32,64,128,256,512,1024",
                      help="sequence lengths n, comma-separated")
     sub.add_argument("--d-model", type=positive_int, default=512, help="model width d")
     sub.add_argument("--kernel", type=positive_int, default=3, help="convolution width k")
@@ -105,14 +114,11 @@ def _table1(commands: argparse._SubParsersAction) -> None:
 def cmd_table1(args: argparse.Namespace) -> None:
     from reproduce.tables.table1 import render_table1
 
-    lengths = _integers(args.lengths, "--lengths")
-    if any(n <= 0 for n in lengths):
-        raise UsageError(f"--lengths {args.lengths}: expected positive sequence lengths")
     if args.d_model % 8:  # positive already (its argparse type)
         raise UsageError(f"--d-model {args.d_model}: expected a positive multiple of 8 (the heads)")
     if args.kernel % 2 == 0:  # positive already (its argparse type), as is --radius
         raise UsageError(f"--kernel {args.kernel} must be odd and positive (same padding)")
-    for path in render_table1(Path(args.out_dir), lengths, args.d_model, args.kernel,
+    for path in render_table1(Path(args.out_dir), args.lengths, args.d_model, args.kernel,
                               args.radius, args.threads, args.min_run_time):
         print(path)
 
