@@ -61,12 +61,22 @@ def test_the_default_layer_is_the_last(model_files, tmp_path):
 @pytest.mark.parametrize(("sentences", "layers", "message"), [
     ("5", None, r"test\.src: has 2 lines; sentence indices \[5\] are out of range"),
     ("0", "3", r"averaged\.pt: the model has layers 1\.\.2; got \[3\]"),
-    ("zero", None, r"--sentences 'zero': expected comma-separated integers"),
 ])
 def test_bad_choices_are_one_line_errors(model_files, tmp_path, sentences, layers, message):
     folder, spm = model_files
     with pytest.raises(SystemExit, match=message):
         main(_arguments(folder, spm, tmp_path / "figures", sentences, layers))
+
+
+def test_sentences_that_are_not_numbers_are_a_usage_error_of_the_option(model_files, tmp_path,
+                                                                        capsys):
+    folder, spm = model_files
+    with pytest.raises(SystemExit) as exit:
+        main(_arguments(folder, spm, tmp_path / "figures", "zero"))
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "reproduce attention: error: argument --sentences: 'zero': expected comma-separated "
+        "integers (see reproduce attention --help)"]
 
 
 def test_an_rnn_checkpoint_is_refused_in_one_line(model_files, tmp_path):

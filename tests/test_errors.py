@@ -26,6 +26,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reproduce"
 INTERNAL_RAISES = {
     ("reproduce/cli.py", "positive_int", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
+    ("reproduce/cli.py", "integers", "argparse.ArgumentTypeError"):
+        "argparse reports it as the usage error of the option",
     ("reproduce/cli.py", "existing_file", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
     ("reproduce/cli.py", "existing_dir", "argparse.ArgumentTypeError"):

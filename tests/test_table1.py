@@ -55,9 +55,21 @@ def test_the_command_writes_markdown_csv_and_plot(tmp_path):
     assert (tmp_path / "table1.png").read_bytes().startswith(PNG_MAGIC)
 
 
+@pytest.mark.parametrize(("lengths", "message"), [
+    ("4,-1", "argument --lengths: 4,-1: expected positive sequence lengths"),
+    ("4,x", "argument --lengths: '4,x': expected comma-separated integers"),
+])
+def test_bad_lengths_are_usage_errors_of_the_option_before_measuring(tmp_path, capsys, lengths,
+                                                                      message):
+    with pytest.raises(SystemExit) as exit:
+        main(["table1", "--out-dir", str(tmp_path / "t1"), "--lengths", lengths])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"reproduce table1: error: {message} (see reproduce table1 --help)"]
+    assert not (tmp_path / "t1").exists()
+
+
 @pytest.mark.parametrize(("arguments", "message"), [
-    (["--lengths", "4,-1"], "--lengths 4,-1: expected positive sequence lengths"),
-    (["--lengths", "4,x"], "--lengths '4,x': expected comma-separated integers"),
     (["--d-model", "20"], "--d-model 20: expected a positive multiple of 8"),
     (["--kernel", "4"], "--kernel 4 must be odd and positive"),
 ])

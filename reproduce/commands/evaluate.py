@@ -1,0 +1,109 @@
+"""Evaluation commands: translate with a checkpoint, score the translations, and merge a
+variant's dev and test scores."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from reproduce.cli import (
+    add_command, add_experiment, add_threads, add_variant, checkpoint_file, existing_dir,
+    existing_file,
+)
+from reproduce.commands import experiment_of, set_threads, variant_of
+
+
+def _decode(commands: argparse._SubParsersAction) -> None:
+    sub = add_command(commands, "decode", cmd_decode, "beam-search translation of a source file")
+    add_experiment(sub)
+    add_variant(sub, help="variant whose decoding settings apply")
+    sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                     help="checkpoint to translate with (final.pt or averaged.pt)")
+    sub.add_argument("--spm-model", required=True, type=existing_file,
+                     help="sentencepiece model of the checkpoint's dataset")
+    sub.add_argument("--source", required=True, type=existing_file,
+                     help="UTF-8 text, one sentence per line")
+    sub.add_argument("--out", required=True, help="translations, one line per source line")
+    add_threads(sub)
+
+
+def cmd_decode(args: argparse.Namespace) -> None:
+    experiment = experiment_of(args)
+    variant = variant_of(experiment, args)
+    from reproduce.config import trained_settings
+    from reproduce.decoding.translate import translate_file
+
+    set_threads(args.threads)
+    translate_file(
+        checkpoint=Path(args.checkpoint),
+        spm_model=Path(args.spm_model),
+        source=Path(args.source),
+        out=Path(args.out),
+        decoding=variant.decoding,
+        expected_settings=trained_settings(variant, experiment),
+    )
+
+
+def _score(commands: argparse._SubParsersAction) -> None:
+    sub = add_command(commands, "score", cmd_score,
+                      "BLEU (sacreBLEU and tokenized) or, for parsing, labelled-bracket F1 (and "
+                      "the repaired trees beside --out); and perplexity")
+    add_experiment(sub)
+    add_variant(sub)
+    sub.add_argument("--split", required=True, choices=["dev", "test"], help="the split scored")
+    sub.add_argument("--checkpoint-name", required=True, choices=["last", "averaged"],
+                     help="which checkpoint the translations came from")
+    sub.add_argument("--translations", required=True, type=existing_file,
+                     help="hypotheses, one per line")
+    sub.add_argument("--reference", required=True, type=existing_file,
+                     help="references (parsing: gold trees), one per line")
+    sub.add_argument("--source", type=existing_file,
+                     help="the input sentences, one per line (parsing: the words of each tree)")
+    sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                     help="checkpoint whose perplexity is measured")
+    sub.add_argument("--encoded", required=True, type=existing_dir,
+                     help="encoded split for perplexity")
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
+    sub.add_argument("--out", required=True, help="scores JSON to write")
+    add_threads(sub)
+
+
+def cmd_score(args: argparse.Namespace) -> None:
+    experiment = experiment_of(args)
+    variant_of(experiment, args)  # refuses an unknown --variant before torch is imported
+    from reproduce.scoring.scores import score_split
+
+    set_threads(args.threads)
+    score_split(experiment, args.variant, args.split, args.checkpoint_name,
+                translations=Path(args.translations), reference=Path(args.reference),
+                source=None if args.source is None else Path(args.source),
+                checkpoint=Path(args.checkpoint), encoded=Path(args.encoded),
+                results=Path(args.results), out=Path(args.out))
+
+
+def _summarize(commands: argparse._SubParsersAction) -> None:
+    sub = add_command(commands, "summarize", cmd_summarize,
+                      "merge a variant's dev and test scores")
+    sub.add_argument("--dataset", required=True, help="the experiment's name")
+    add_variant(sub)
+    sub.add_argument("--dev", required=True, type=existing_file, help="dev scores JSON")
+    sub.add_argument("--test", required=True, type=existing_file, help="test scores JSON")
+    sub.add_argument("--out", required=True, help="summary JSON to write")
+
+
+def cmd_summarize(args: argparse.Namespace) -> None:
+    from reproduce.data.text import read_json, write_json
+
+    summary = {
+        "dataset": args.dataset,
+        "variant": args.variant,
+        "dev": read_json(Path(args.dev)),
+        "test": read_json(Path(args.test)),
+    }
+    write_json(Path(args.out), summary)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add the evaluation commands, in the order the pipeline runs them."""
+    for add in (_decode, _score, _summarize):
+        add(commands)
