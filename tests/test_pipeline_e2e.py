@@ -87,6 +87,41 @@ def _reported_file(report: str, path: str) -> str:
     return base64.b64decode(encoded.group(1)).decode()
 
 
+def _shown_in_report(page, category: str, file: str) -> str:
+    """The text of ``file`` as the report shows it inline: Results, its category, then the eye
+    of the row naming it (the report opens it in a frame)."""
+    page.get_by_text("Results", exact=True).first.click()
+    page.get_by_text(category, exact=True).first.click()
+    page.locator("tr", has_text=file).first.locator("a[iconname=eye]").click()
+    frame = next(frame for frame in reversed(page.frames) if f"filename={file}" in frame.url)
+    return frame.inner_text("body")
+
+
+def test_the_report_shows_the_tables_inline_in_a_browser(pipeline):
+    """`snakemake --report`, opened in headless Chromium as a reader opens it: Tables 2 and 3 and
+    the per-variant scores are shown as tables in the page, with every Table 3 row and the
+    paper's numbers beside ours."""
+    from tests.headless_browser import browser_page
+
+    result = _snakemake(pipeline, "--report", "report.html")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with browser_page() as page:
+        page.goto((pipeline / "report.html").as_uri())
+        table3 = _shown_in_report(page, "Table 3", "table3.html")
+        assert "Table 3" in table3 and "variations on the base model" in table3
+        for variant in TABLE3_VARIANTS:
+            assert f"\t{variant}\t" in table3, variant
+        assert "25.80" in table3 and "4.92" in table3  # the paper's base BLEU and PPL
+        ours = pd.read_csv(pipeline / "results/tiny/tables/table3.csv").set_index("variant")
+        assert f"{ours.loc['base', 'BLEU (dev)']:.2f}" in table3
+        page.goto((pipeline / "report.html").as_uri())
+        table2 = _shown_in_report(page, "Table 2", "table2.html")
+        assert "Transformer (base model)" in table2 and "LSTM" in table2
+        page.goto((pipeline / "report.html").as_uri())
+        scores = _shown_in_report(page, "Scores per variant", "scores.html")
+        assert all(variant in scores for variant in VARIANTS)
+
+
 def test_the_snakemake_report_holds_table_2_and_each_variants_bleu(pipeline):
     result = _snakemake(pipeline, "--report", "report.html")
     assert result.returncode == 0, result.stderr[-3000:]

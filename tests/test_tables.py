@@ -1,6 +1,7 @@
 """Tables 2 and 3 rendered from a hand-made results folder where some variants have not finished."""
 
 import json
+from io import StringIO
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -12,6 +13,7 @@ from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
 from reproduce.gpu_peak_rates import peak_rate
+from reproduce.tables.outputs import TABLE_FILES
 from reproduce.tables.results import read_variant
 from reproduce.tables.table2 import build_table2
 from reproduce.tables.table3 import build_table3
@@ -232,11 +234,26 @@ def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path)
     assert "(variant lstm): our recurrent baseline" in notes and "additive global attention" in notes
 
 
+def test_each_table_is_also_an_html_page_with_the_same_cells(results, tmp_path):
+    """The report shows HTML inline: each table's page holds its heading, every column and the
+    cells as the markdown shows them, the paper's numbers included."""
+    render_tables(make_experiment(), results, tmp_path / "tables")
+    page = (tmp_path / "tables/table3.html").read_text()
+    shown = pd.read_html(StringIO(page))[0].set_index("variant")
+    markdown = (tmp_path / "tables/table3.md").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<h1>Table 3" in page
+    columns = list(pd.read_csv(tmp_path / "tables/table3.csv").columns)
+    assert ["variant", *shown.columns] == [columns[1], columns[0], *columns[2:]]
+    assert (shown.loc["base", "BLEU (dev)"], shown.loc["base", "paper BLEU"]) == ("21.50", 25.8)
+    assert shown.loc["big", "BLEU (dev)"] == "—" and "21.50" in markdown
+    scores = pd.read_html(StringIO((tmp_path / "tables/scores.html").read_text()))[0]
+    base = scores.set_index("variant").loc["base"]
+    assert (base["sacreBLEU (dev)"], base["sacreBLEU (test)"], base["PPL (test)"]) == ("20.00", "22.00", "5.50")
+
+
 def test_plots_are_written_with_partial_results(results, tmp_path):
     written = render_tables(make_experiment(), results, tmp_path / "tables")
-    assert [path.name for path in written] == ["table2.md", "table2.csv", "table3.md",
-                                               "table3.csv", "bleu_vs_parameters.png",
-                                               "dev_perplexity.png"]
+    assert [path.name for path in written] == TABLE_FILES["translation"]
     for path in written:
         assert path.parent == tmp_path / "tables" and path.exists()
     for name in ("bleu_vs_parameters.png", "dev_perplexity.png"):

@@ -6,7 +6,9 @@ SCORES_FILE = {"translation": "bleu.json", "parsing": "f1.json"}
 
 # What `reproduce tables` writes into ``{results}/{dataset}/tables/``.
 TABLE_FILES = {
-    "translation": ["table2.md", "table2.csv", "table3.md", "table3.csv",
-                    "bleu_vs_parameters.png", "dev_perplexity.png"],
-    "parsing": ["table4.md", "table4.csv", "dev_perplexity.png"],
+    "translation": ["scores.md", "scores.html", "scores.csv",
+                    "table2.md", "table2.html", "table2.csv", "table3.md", "table3.html",
+                    "table3.csv", "bleu_vs_parameters.png", "dev_perplexity.png"],
+    "parsing": ["scores.md", "scores.html", "scores.csv",
+                "table4.md", "table4.html", "table4.csv", "dev_perplexity.png"],
 }

@@ -7,6 +7,7 @@ never needs, nor triggers, a missing result.
 
 from __future__ import annotations
 
+from html import escape
 from numbers import Integral
 from pathlib import Path
 
@@ -45,6 +46,29 @@ def markdown_table(frame: pd.DataFrame, title: str, measured: str, notes: list[s
     return f"# {title}\n\n{measured}\n\n{table}\n\nNotes:\n\n{notes_text}\n"
 
 
+HTML_STYLE = """
+body { font-family: sans-serif; margin: 1.5em; }
+table { border-collapse: collapse; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f2f2f2; }
+td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: left; }
+"""
+
+
+def html_table(frame: pd.DataFrame, title: str, measured: str, notes: list[str]) -> str:
+    """The markdown table's content as one HTML page, which `snakemake --report` shows inline
+    (it shows markdown and CSV only as downloads): heading, what was measured, table, notes."""
+    shown = pd.DataFrame(
+        {column: [_cell(column, value) for value in frame[column]] for column in frame.columns},
+        columns=frame.columns,
+    )
+    table = shown.to_html(index=False, border=0, escape=True)
+    notes_html = "".join(f"<li>{escape(note)}</li>" for note in notes)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{escape(title)}</title>"
+            f"<style>{HTML_STYLE}</style></head>\n<body><h1>{escape(title)}</h1>\n"
+            f"<p>{escape(measured)}</p>\n{table}\n<p>Notes:</p><ul>{notes_html}</ul>\n</body></html>\n")
+
+
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(text, encoding="utf-8")
@@ -55,12 +79,35 @@ def _write_table(out_dir: Path, stem: str, frame: pd.DataFrame,
                  caption: tuple[str, str, list[str]]) -> list[Path]:
     title, measured, notes = caption
     _write_atomically(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
+    _write_atomically(out_dir / f"{stem}.html", html_table(frame, title, measured, notes))
     _write_atomically(out_dir / f"{stem}.csv", frame.to_csv(index=False))
-    return [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
+    return [out_dir / f"{stem}.{suffix}" for suffix in ("md", "html", "csv")]
+
+
+def scores_table(experiment: Experiment, every_variant: dict) -> pd.DataFrame:
+    """Every variant's dev (last weights) and test (averaged) scores, from its bleu.json or
+    f1.json: the per-variant numbers beside the tables, in one page of the report."""
+    names = (("sacreBLEU", "sacrebleu"), ("BLEU (tokenized)", "tokenized_bleu"), ("PPL", "perplexity"))
+    if experiment.task == "parsing":
+        names = (("F1", "f1"), ("exact match", "exact_match"), ("PPL", "perplexity"))
+    rows = []
+    for name, results in every_variant.items():
+        row = {"variant": name, "status": results.status}
+        for label, key in names:
+            row[f"{label} (dev)"] = results.dev(key)
+            row[f"{label} (test)"] = results.test(key)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def scores_caption(experiment: Experiment) -> tuple[str, str, list[str]]:
+    return (f"Scores per variant ({experiment.name})",
+            "dev: the last weights; test: the average of the last checkpoints (Section 6.1).",
+            ["PPL: perplexity per target word-piece, teacher-forced, no label smoothing."])
 
 
 def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> list[Path]:
-    """The experiment's tables as ``.md`` and ``.csv``, and its plots
+    """The experiment's tables as ``.md``, ``.html`` and ``.csv``, and its plots
     (:data:`reproduce.tables.outputs.TABLE_FILES`), from
     ``results_dir`` (the results root holding ``{experiment.name}/{variant}/``). Returns the
     files written."""
@@ -68,14 +115,16 @@ def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> l
     out_dir.mkdir(parents=True, exist_ok=True)
     every_variant = {name: read_variant(results_dir, experiment, name)
                      for name in experiment.variants}
+    written = _write_table(out_dir, "scores", scores_table(experiment, every_variant),
+                           scores_caption(experiment))
     if experiment.task == "parsing":
-        written = _write_table(out_dir, "table4", build_table4(experiment, results_dir),
-                               table4_caption(experiment))
+        written += _write_table(out_dir, "table4", build_table4(experiment, results_dir),
+                                table4_caption(experiment))
         figures = {}
     else:
         table3 = build_table3(experiment, results_dir)
-        written = _write_table(out_dir, "table2", build_table2(experiment, results_dir),
-                               table2_caption(experiment, results_dir))
+        written += _write_table(out_dir, "table2", build_table2(experiment, results_dir),
+                                table2_caption(experiment, results_dir))
         written += _write_table(out_dir, "table3", table3, table3_caption(experiment))
         figures = {"bleu_vs_parameters.png": bleu_vs_parameters_figure(table3, experiment.name)}
     figures["dev_perplexity.png"] = dev_perplexity_figure(every_variant, experiment.name)

@@ -218,9 +218,12 @@ def weights_file(wildcards):
 
 def reported_table_file(name):
     """A table output marked for `snakemake --report`, under the table or plot it belongs to."""
-    category = {"table2": "Table 2", "table3": "Table 3", "table4": "Table 4"}.get(
-        name.split(".")[0], "Plots"
-    )
+    category = {
+        "scores": "Scores per variant",
+        "table2": "Table 2",
+        "table3": "Table 3",
+        "table4": "Table 4",
+    }.get(name.split(".")[0], "Plots")
     return report(
         f"{RESULTS}/{{dataset}}/tables/{name}",
         category=category,
