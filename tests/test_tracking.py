@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from reproduce.config import load_experiment
 from reproduce.tracking import (
-    TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store,
+    TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store, run_description,
     start_training_run, start_variant_run, tables_run, tracking_uri,
 )
 from reproduce.tracking.datasets import dataset_inputs, public_url
@@ -76,6 +76,10 @@ def test_flat_params_name_every_hyper_parameter():
     assert params["model.d_model"] == 1024
     assert params["training.checkpoints.keep_last"] == 20
     assert params["decoding.beam_size"] == 4
+    assert params["model.architecture"] == "transformer"  # also where the model's dump omits it
+    tiny = load_experiment(ROOT / "configs/tiny.yaml")
+    assert flat_params(tiny.variant("rnn"), "tiny")["model.architecture"] == "rnn"
+    assert run_description(tiny.variant("A_h1")).startswith("A_h1 (Table 3 row A): (A) one attention head")
 
 
 def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
@@ -179,6 +183,8 @@ def test_a_training_run_is_finished_with_its_curves_and_no_value_twice(trained):
     assert [(m.step, m.value) for m in history] == [(e["step"], e["train_loss"]) for e in recorded
                                                    if "train_loss" in e]
     assert run.data.tags["mlflow.user"] and run.data.tags["kind"] == "variant"
+    assert run.data.params["model.architecture"] == "transformer"
+    assert run.data.tags["mlflow.note.content"].startswith(f"{summary['variant']} (")  # the description
 
 
 def test_a_training_run_names_its_datasets_with_pair_counts(trained):

@@ -4,8 +4,8 @@ Only rank 0 ever calls into this package.
 """
 
 from reproduce.tracking.runs import (
-    RUN_ID_FILE, VariantRun, find_variant_run, flat_params, log_best_effort, start_training_run,
-    start_variant_run, tables_run, variant_run_for,
+    RUN_ID_FILE, VariantRun, find_variant_run, flat_params, log_best_effort, run_description,
+    start_training_run, start_variant_run, tables_run, variant_run_for,
 )
 from reproduce.tracking.store import (
     TrackingUnavailable, prepare_store, redact, redact_credentials_in_logs, tracking_uri,
@@ -13,6 +13,7 @@ from reproduce.tracking.store import (
 
 __all__ = [
     "RUN_ID_FILE", "TrackingUnavailable", "VariantRun", "find_variant_run", "flat_params",
-    "log_best_effort", "prepare_store", "redact", "redact_credentials_in_logs", "start_training_run",
+    "log_best_effort", "prepare_store", "redact", "redact_credentials_in_logs", "run_description",
+    "start_training_run",
     "start_variant_run", "tables_run", "tracking_uri", "variant_run_for",
 ]

@@ -276,6 +276,7 @@ def start_training_run(
     run = start_variant_run(results_dir, dataset, variant.name, variant.table3_row,
                             output_dir / "checkpoints", metrics_file=output_dir / "train" / "metrics.jsonl")
     run.log_params(flat_params(variant, dataset) | {"world_size": world_size})
+    run.set_tags({"mlflow.note.content": run_description(variant)})
     if data is not None:
         run.log_datasets(dataset_inputs(data, results_dir / dataset / "data"))
     run.start_system_metrics(tracking_uri(results_dir))
@@ -352,7 +353,16 @@ def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
     params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
     for section in ("model", "training", "decoding"):
         _flatten(getattr(variant, section).model_dump(), section, params)
+    # The model's dump leaves a Transformer's architecture out (its fingerprint predates the
+    # recurrent baseline); the runs table and compare view need it for every run.
+    params["model.architecture"] = variant.model.architecture
     return params
+
+
+def run_description(variant: "ResolvedVariant") -> str:
+    """The run's description in the MLflow UI: its table row and what it changes."""
+    row = f"Table 3 row {variant.table3_row}" if variant.table3_row else "not a Table 3 row"
+    return f"{variant.name} ({row}): {variant.description or 'no description in the experiment file'}"
 
 
 def _flatten(values: dict[str, Any], prefix: str, into: dict[str, Any]) -> None:
