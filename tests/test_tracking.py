@@ -22,7 +22,7 @@ from reproduce.tracking.datasets import dataset_inputs, public_url
 from reproduce.tracking.store import artifact_root
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
-from tests.training_fixtures import ROOT, random_corpus, small_variant
+from tests.training_fixtures import ROOT, corpus_pair, random_corpus, small_variant
 
 SECRET = "s3cr3t-pw"
 
@@ -214,9 +214,14 @@ def test_a_report_without_a_source_leaves_its_counts_out(tmp_path):
 def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    with pytest.raises((FileNotFoundError, ValueError)):  # no encoded corpus: the Trainer fails
-        launch_training(experiment, small_variant(steps=6), tmp_path / "missing", tmp_path / "missing",
-                        tmp_path / "variant", tmp_path)
+    train, dev = corpus_pair(tmp_path / "data", 60)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the trainer crashed")
+
+    monkeypatch.setattr("reproduce.training.launch.Trainer", crash)
+    with pytest.raises(RuntimeError, match="the trainer crashed"):
+        launch_training(experiment, small_variant(steps=6), train, dev, tmp_path / "variant", tmp_path)
     run_id = (tmp_path / "variant/checkpoints/mlflow_run_id").read_text()
     assert MlflowClient(tracking_uri(tmp_path)).get_run(run_id).info.status == "FAILED"
 

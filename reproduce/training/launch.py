@@ -168,9 +168,9 @@ def launch_training(
     from reproduce.tracking import prepare_store
 
     _check_partition(variant, _ranks(launcher, tasks, slurm), launcher)
+    prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     check_not_empty(train_dir, "train")
     check_not_empty(dev_dir, "dev")
-    prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
     if restart:
         with VariantLock(output_dir):
             set_aside(output_dir)

@@ -5,10 +5,11 @@ A finished run's ``train/summary.json`` records the settings it was trained with
 
 - Snakemake would replan the variant's training and, as it does before any job, delete the
   job's outputs (``final.pt``, ``summary.json``, the checkpoint list), only for the trainer to
-  refuse the old checkpoints. :func:`refuse_stale_training` is called while Snakemake builds its
-  plan instead, before anything is deleted: a training job that cannot be built is left out of
-  the plan where its outputs exist (Snakemake then takes them as they are), and stops the plan
-  where they do not. The workflow warns of each stale variant once, naming the edit.
+  refuse the old checkpoints. Instead the workflow warns of each stale variant once, naming the
+  edit; where its training outputs are all there, the train rule's fingerprint stays the one
+  it was trained with, so nothing is replanned; where some are missing,
+  :func:`refuse_stale_training` stops the plan while Snakemake builds it, before the others
+  are deleted.
 - The tables would show the old model's scores beside the new settings; they mark the variant
   stale instead (:mod:`reproduce.tables.results`).
 

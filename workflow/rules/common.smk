@@ -144,10 +144,16 @@ def _warn_of_stale_variants():
 _warn_of_stale_variants()
 
 
+TRAINING_OUTPUTS = ("final.pt", "summary.json", "checkpoints.json")
+
+
 def training_inputs(wildcards):
-    """The encoded train and dev splits, once a finished run of the variant is checked to be of
-    the settings the experiment file now gives (reproduce.training.staleness)."""
-    refuse_stale_training(*_finished_training(wildcards.dataset, wildcards.variant))
+    """The encoded train and dev splits. A stale variant (reproduce.training.staleness) whose
+    training outputs are all there is left as it is (training_fingerprint); one missing some is
+    refused here, while Snakemake plans, before it would delete the others to rerun it."""
+    folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
+    if not all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS):
+        refuse_stale_training(folder, summary, settings)
     return {
         "train": f"{RESULTS}/{wildcards.dataset}/encoded/train",
         "dev": f"{RESULTS}/{wildcards.dataset}/encoded/dev",
@@ -287,9 +293,14 @@ def split_settings(dataset, split):
 
 def training_fingerprint(wildcards):
     """Digest of what the variant's weights depend on: a changed value replans this variant's
-    training and what follows it, and nothing else (rerun-triggers params)."""
-    experiment = EXPERIMENTS[wildcards.dataset]
-    return fingerprint(trained_settings(experiment.variant(wildcards.variant), experiment))
+    training and what follows it, and nothing else (rerun-triggers params). A finished variant
+    whose settings were edited keeps the digest it was trained with: Snakemake would delete its
+    outputs before the trainer refuses the old checkpoints, so it is left as it is, warned of,
+    and shown stale in the tables (reproduce.training.staleness)."""
+    folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
+    if stale_training_message(folder, summary, settings) is not None and "fingerprint" in summary:
+        return summary["fingerprint"]
+    return fingerprint(settings)
 
 
 def training_steps(wildcards):
