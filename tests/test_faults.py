@@ -25,8 +25,8 @@ import torch
 
 from reproduce.config import load_experiment, trained_settings
 from reproduce.decoding.translate import load_model
-from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints, load_checkpoint,
-                                            save_checkpoint, set_aside, sidecar_path)
+from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints,
+                                            load_checkpoint, set_aside, sidecar_path)
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import SettingsMismatchError, Trainer
 from reproduce.training.variant_lock import VariantLock, VariantLockedError
@@ -115,7 +115,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
     for _ in range(3):
         before = _newest_step(folder)
         process = subprocess.Popen(_trainer_process(corpora, folder, steps), env=ENVIRONMENT)
-        _wait_for(lambda: _newest_step(folder) > before, "a new checkpoint")
+        _wait_for(lambda before=before: _newest_step(folder) > before, "a new checkpoint")
         time.sleep(chooser.uniform(0.0, 0.6))
         process.kill()
         process.wait()

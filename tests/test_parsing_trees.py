@@ -15,7 +15,7 @@ MRG = """( (S
     (. .) ))
 
 ( (S (NP-SBJ (PRP It) ) (VP (VBZ runs) ) (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' trailing spaces)
 
 
 def _leaf(tag, word):

@@ -171,7 +171,7 @@ MRG_22_01 = """( (S
     (. .) ))
 
 ( (S (NP-SBJ-1 (PRP It) ) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1) ))) (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' trailing spaces)
 MRG_22_00 = "( (S (NP-SBJ (NNP Alice) ) (VP (VBD left) ) (. .) ))\n"
 
 

@@ -92,7 +92,7 @@ def download_source(
     mirror_dir: Path | None = None,
     attempts: int = 5,
     backoff_seconds: float = 2.0,
-    limits: DownloadLimits = DownloadLimits(),
+    limits: DownloadLimits = DownloadLimits(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> Path:
     """Fetch ``source.url`` into ``download_dir`` (or take it from ``mirror_dir``) and verify it,
     within ``limits``."""

@@ -157,7 +157,7 @@ def launch_training(
     results_dir: Path,
     launcher: Launcher = "inline",
     tasks: int = 1,
-    slurm: SlurmRequest = SlurmRequest(),
+    slurm: SlurmRequest = SlurmRequest(),  # noqa: B008 (frozen: one shared default is safe)
     threads: int = 1,
     stop_after_steps: int | None = None,
     restart: bool = False,
