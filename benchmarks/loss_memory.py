@@ -120,7 +120,7 @@ def main() -> None:
         print(f"| {row['path']} | {row['tokens']} | {row['projected']} | {row['peak_mib']:,.0f} | "
               f"{row['seconds']:.3f} |")
     print()
-    for unfused, chunked in zip(rows[::2], rows[1::2]):
+    for unfused, chunked in zip(rows[::2], rows[1::2], strict=True):
         print(f"N {unfused['tokens']}: chunked / unfused memory {chunked['peak_mib'] / unfused['peak_mib']:.2f}x, "
               f"time {chunked['seconds'] / unfused['seconds']:.2f}x")
 

@@ -111,7 +111,7 @@ def synthetic_batches(vocab: int, sentences: int, max_tokens: int, seed: int):
         source = torch.full((len(indices), s.max() + 1), PAD)
         target_in = torch.full((len(indices), t.max() + 1), PAD)
         target_out = torch.full((len(indices), t.max() + 1), PAD)
-        for row, (ls, lt) in enumerate(zip(s, t)):
+        for row, (ls, lt) in enumerate(zip(s, t, strict=True)):
             source[row, :ls] = torch.from_numpy(rng.integers(4, vocab, ls))
             source[row, ls] = EOS
             words = torch.from_numpy(rng.integers(4, vocab, lt))

@@ -28,14 +28,14 @@ log = logging.getLogger(__name__)
 def average_checkpoints(paths: list[Path]) -> dict:
     """The element-wise mean of the models in ``paths`` (in float64, cast back to each dtype)."""
     states = [load_checkpoint(path) for path in paths]
-    for path, state in zip(paths[1:], states[1:]):
+    for path, state in zip(paths[1:], states[1:], strict=True):
         if state.get("fingerprint") != states[0].get("fingerprint"):
             raise CheckpointError(
                 f"{path}: trained with other settings (fingerprint {state.get('fingerprint')}) than "
                 f"{paths[0]} ({states[0].get('fingerprint')}); only checkpoints of one run are averaged"
             )
     models = [state["model"] for state in states]
-    for path, model in zip(paths[1:], models[1:]):
+    for path, model in zip(paths[1:], models[1:], strict=True):
         _check_same_tensors(path, model, paths[0], models[0])
     averaged = {}
     for name, first in models[0].items():
@@ -96,7 +96,7 @@ def average_last(checkpoint_dir: Path, k: int, output: Path, every_steps: int | 
         )
     chosen = available[-k:]
     steps = [checkpoint_step(path) for path in chosen]
-    if every_steps is None and len({b - a for a, b in zip(steps, steps[1:])}) > 1:
+    if every_steps is None and len({b - a for a, b in zip(steps, steps[1:], strict=False)}) > 1:
         raise CheckpointError(
             f"{checkpoint_dir}: the last {k} checkpoints, steps {steps}, are not evenly spaced (a "
             f"stop request or a wall-clock save wrote one off the save grid); average what "

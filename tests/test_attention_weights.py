@@ -140,7 +140,7 @@ def test_model_attention_maps_reproduce_the_models_own_output():
     assert [m.shape for m in maps["cross"]] == [(2, HEADS, 5, 6)] * 2
     with torch.no_grad():
         memory = model._embed(source)
-        for layer, weights in zip(model.encoder, maps["encoder_self"]):
+        for layer, weights in zip(model.encoder, maps["encoder_self"], strict=True):
             attention = layer.attention
             v = attention.qkv(memory).split(attention.sizes, dim=-1)[2]
             v = v.view(2, 6, HEADS, D_V).transpose(1, 2)

@@ -143,7 +143,7 @@ def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
         every, k = training.checkpoints.every_steps, training.average_last
         # Saved steps: the multiples of every_steps, and the final step (always saved).
         saved = sorted(set(range(every, training.steps + 1, every)) | {training.steps})
-        gaps = {b - a for a, b in zip(saved[-k:], saved[-k:][1:])}
+        gaps = {b - a for a, b in zip(saved[-k:], saved[-k:][1:], strict=False)}
         assert gaps == {every}, (name, variant, saved[-k:])
     if name == "wmt14_en_de":
         base = experiment.variant("base").training

@@ -33,7 +33,7 @@ def _causal_savings(config, target_length):
 def test_forward_flops_equal_the_torch_counter_on_the_real_model(lengths):
     model = Transformer(CONFIG, VOCAB)
     counted = sum(_counted(model, s, t) - _causal_savings(CONFIG, t) for s, t in lengths)
-    sources, targets = zip(*lengths)
+    sources, targets = zip(*lengths, strict=True)
     assert TransformerFlops(CONFIG, VOCAB).forward(list(sources), list(targets)) == counted
 
 

@@ -110,7 +110,7 @@ def bf16_autocast_errors(device: str, batch: int, width: int, vocab: int) -> dic
         return loss.detach(), s.grad, w.grad
 
     def relative(a, b):  # loss, states' gradient, weight's gradient
-        return [float((x - y).norm() / y.norm()) for x, y in zip(a, b)]
+        return [float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True)]
 
     fused = run(fused=True, autocast=True)
     return {"fp32": relative(fused, run(fused=False, autocast=False)),
@@ -158,7 +158,7 @@ def test_the_trainer_equals_steps_with_the_unfused_loss(corpora, tmp_path, archi
     unfused = Trainer(variant, "t", *corpora, tmp_path / "unfused")  # same initial weights and data
     fused.run(stop_after_steps=1)
     _unfused_step(unfused, 1)
-    for (name, parameter), reference in zip(fused.model.named_parameters(), unfused.model.parameters()):
+    for (name, parameter), reference in zip(fused.model.named_parameters(), unfused.model.parameters(), strict=True):
         assert torch.allclose(parameter.grad, reference.grad, rtol=1e-4, atol=1e-7), name
     fused.run()
     for step in (2, 3):

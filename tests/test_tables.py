@@ -147,7 +147,7 @@ def test_table3_markdown_marks_missing_cells(results, tmp_path):
     assert lines[0] == "# Table 3 — toy: variations on the base model"
     assert lines[2].startswith("Measured: toy (en→de) dev split, last checkpoint")
     header = [cell.strip() for cell in lines[4].strip("|").split("|")]
-    rows = {cells[1]: dict(zip(header, cells)) for cells in
+    rows = {cells[1]: dict(zip(header, cells, strict=True)) for cells in
             ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[6:10])}
     assert rows["base"]["BLEU (dev)"] == "21.50" and rows["base"]["paper BLEU"] == "25.80"
     assert rows["base"]["params x10^6"] == "2" and rows["base"]["P_drop"] == "0.1"

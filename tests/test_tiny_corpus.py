@@ -77,6 +77,6 @@ def test_a_long_tail_of_rare_words_is_seen_only_a_few_times_in_training():
 def test_only_a_few_percent_of_training_pairs_are_noisy_and_dev_and_test_are_clean():
     noisy, clean = (generate_corpus(3000, 200, 200, seed=3, noise=noise) for noise in (True, False))
     assert noisy["dev"] == clean["dev"] and noisy["test"] == clean["test"]
-    changed = [(a, b) for a, b in zip(noisy["train"], clean["train"]) if a != b]
+    changed = [(a, b) for a, b in zip(noisy["train"], clean["train"], strict=True) if a != b]
     assert all(a[0] == b[0] for a, b in changed)  # the source side is kept, the target spoiled
     assert 0.02 * 3000 <= len(changed) <= 0.06 * 3000

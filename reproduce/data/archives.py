@@ -80,7 +80,7 @@ def matching_members(archive: Path, pattern: str) -> list[str]:
 def _matches(name: str, pattern: str) -> bool:
     parts, pattern_parts = name.split("/"), pattern.split("/")
     return len(parts) == len(pattern_parts) and all(
-        fnmatch.fnmatchcase(part, pattern_part) for part, pattern_part in zip(parts, pattern_parts)
+        fnmatch.fnmatchcase(part, pattern_part) for part, pattern_part in zip(parts, pattern_parts, strict=True)
     )
 
 

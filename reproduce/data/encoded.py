@@ -39,7 +39,7 @@ class EncodedCorpusWriter:
         self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
 
     def write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
-        for side, sentences in zip(SIDES, (sources, targets)):
+        for side, sentences in zip(SIDES, (sources, targets), strict=True):
             lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64, count=len(sentences))
             flat = np.fromiter((i for ids in sentences for i in ids), dtype=self.dtype, count=int(lengths.sum()))
             self.streams[side].write(flat.tobytes())

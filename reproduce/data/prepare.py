@@ -125,7 +125,7 @@ def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[
         src_lines, tgt_lines = read_sgm(src, src_label), read_sgm(tgt, tgt_label)
         if len(src_lines) != len(tgt_lines):
             raise _mismatch(source, len(src_lines), len(tgt_lines))
-        yield from zip(src_lines, tgt_lines)
+        yield from zip(src_lines, tgt_lines, strict=True)
         return
     src_in, tgt_in = iter_lines(src, src_label), iter_lines(tgt, tgt_label)
     count = 0

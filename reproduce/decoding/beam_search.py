@@ -152,7 +152,7 @@ def beam_search(
         done = search.advance(model, step)
         if bool(done.any()):
             for sentence, tokens in zip(search.sentences[done].tolist(),
-                                        search.finished_tokens[done, 0, 1:].tolist()):  # drop BOS
+                                        search.finished_tokens[done, 0, 1:].tolist(), strict=True):  # drop BOS
                 best[sentence] = [token for token in tokens if token not in (EOS, PAD)]
             if bool(done.all()):
                 break

@@ -133,7 +133,7 @@ def translate_sentences(
             alpha=decoding.length_penalty,
             max_length_offset=decoding.max_length_offset,
         )
-        for index, tokens in zip(batch, hypotheses):
+        for index, tokens in zip(batch, hypotheses, strict=True):
             translations[index] = processor.decode(tokens)
         progress.update(len(batch))
         if progress.disable and (number % 10 == 0 or number == len(batches)):

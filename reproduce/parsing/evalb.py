@@ -55,7 +55,7 @@ def bracket_scores(gold: list[Tree], test: list[Tree]) -> dict:
         raise BracketScoreError(f"{len(gold)} gold trees but {len(test)} test trees; expected "
                                 "one test tree per gold tree")
     matched = gold_total = test_total = exact = 0
-    for number, (gold_tree, test_tree) in enumerate(zip(gold, test), start=1):
+    for number, (gold_tree, test_tree) in enumerate(zip(gold, test, strict=True), start=1):
         gold_brackets, test_brackets = sentence_brackets(gold_tree, test_tree, number)
         hits = sum((gold_brackets & test_brackets).values())
         gold_count, test_count = sum(gold_brackets.values()), sum(test_brackets.values())
@@ -94,7 +94,7 @@ def _scored_words(tree: Tree) -> list[str]:
 def _first_difference(gold: list[str], test: list[str]) -> str:
     if len(gold) != len(test):
         return f"the gold tree has {len(gold)} words but the test tree has {len(test)}"
-    position = next(index for index, (a, b) in enumerate(zip(gold, test)) if a != b)
+    position = next(index for index, (a, b) in enumerate(zip(gold, test, strict=True)) if a != b)
     return f"word {position + 1} is {gold[position]!r} in the gold tree but {test[position]!r} in the test tree"
 
 

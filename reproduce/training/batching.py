@@ -154,7 +154,7 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
     source = torch.full((len(indices), source_width), PAD, dtype=torch.long)
     target_input = torch.full((len(indices), target_width), PAD, dtype=torch.long)
     target_output = torch.full((len(indices), target_width), PAD, dtype=torch.long)
-    for row, (s, t) in enumerate(zip(sources, targets)):
+    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
         source[row, : len(s)] = torch.from_numpy(s)
         source[row, len(s)] = EOS
         target_input[row, 0] = BOS

@@ -310,7 +310,7 @@ class Trainer:
                                                                  t.max_tokens_per_device, t.pad_to_multiple))]
         batches = [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple)
                    for _, _, indices in passes]
-        for position, ((micro_batch, number, _), pending) in enumerate(zip(passes, batches)):
+        for position, ((micro_batch, number, _), pending) in enumerate(zip(passes, batches, strict=True)):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
             _seed_pass(t.seed, attempted, micro_batch, number)
