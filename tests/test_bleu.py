@@ -147,7 +147,8 @@ def test_compound_split_can_be_turned_off_for_en_fr():
     hypothesis, reference = ["le navire porte-avions arrive"], ["le navire porte-parole arrive"]
     assert tokenized_bleu(hypothesis, reference, "fr", compound_split=False) == \
         multi_bleu_brute_force(hypothesis, reference) == 0.0
-    # With it: 6 tokens, 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3 (le navire porte ##AT##-##AT##).
+    # With it: 6 tokens, 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3 (le navire porte
+    # ##AT##-##AT##).
     assert tokenized_bleu(hypothesis, reference, "fr") == pytest.approx(
         bleu_by_hand([5 / 6, 3 / 5, 2 / 4, 1 / 3], 6, 6))
 

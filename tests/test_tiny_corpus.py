@@ -7,8 +7,8 @@ from pathlib import Path
 
 from reproduce.config import load_experiment
 from reproduce.data.tiny_corpus import (
-    _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon, generate_corpus,
-    write_tiny_corpus_archive,
+    _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon,
+    generate_corpus, write_tiny_corpus_archive,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,8 @@ def test_dev_and_test_sentences_never_occur_in_training():
 
 def test_the_verb_moves_to_the_end_and_agrees_with_the_subject_across_embedded_clauses():
     lexicon = build_lexicon(2017)
-    verb_forms = {stem + ending for stem in [*lexicon.verbs.values(), *lexicon.clause_verbs.values()]
+    verb_forms = {stem + ending for stem in [*lexicon.verbs.values(),
+                                             *lexicon.clause_verbs.values()]
                   for ending in ("at", "ant", "avat", "avant")}
     determiners = set(_TARGET_DETERMINERS.values())
     embedded = 0
