@@ -49,8 +49,7 @@ def average_checkpoints(paths: list[Path]) -> dict:
             raise CheckpointError(f"integer tensor {name!r} differs between {paths[0]} and the "
                                   "others")
     identity = {key: states[-1][key] for key in ("model_config", "vocab_size", "settings",
-                                                 "fingerprint",
-                                                    "spm_model_sha256")
+                                                 "fingerprint", "spm_model_sha256")
                 if key in states[-1]}
     return {"model": averaged, **identity, "step": states[-1]["step"],
             "averaged_steps": [state["step"] for state in states]}
