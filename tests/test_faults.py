@@ -190,7 +190,7 @@ def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly
     _wait_for(lambda: list_checkpoints(folder / "checkpoints"), "a first checkpoint")
     with pytest.raises(VariantLockedError,
                        match=rf"train.lock: another trainer is writing this variant "
-                                                 rf"\(.*\"pid\": {process.pid}"):
+                             rf"\(.*\"pid\": {process.pid}"):
         launch_training(experiment, small_variant(steps=steps), *corpora, folder, folder)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)

@@ -104,7 +104,7 @@ def test_table3_puts_our_numbers_beside_the_papers(results, tmp_path):
 
 
 def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_scores(results,
-                                                                                    tmp_path):
+                                                                                     tmp_path):
     """Its summary records the settings it was trained with: after an edit of the experiment
     file, the tables show it stale (naming the edit) instead of the old model's numbers beside
     the new settings; with the settings it has now, the same files read as scored."""
