@@ -86,17 +86,21 @@ def measure(path: str, tokens: int, args) -> dict:
         _synchronise(device)
         seconds.append(time.perf_counter() - started)
     projected = targets.numel() if path == "unfused" else tokens
-    return {"path": path, "tokens": tokens, "projected": projected, "peak_mib": (peak - baseline) / 2**20,
+    return {"path": path, "tokens": tokens, "projected": projected,
+            "peak_mib": (peak - baseline) / 2**20,
             "seconds": statistics.median(seconds[1:] or seconds), "device": str(device)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192], help="real target tokens N")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 8192],
+                        help="real target tokens N")
     parser.add_argument("--padding", type=float, default=0.2, help="share of PAD target positions")
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=37000)
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes after the first (median kept)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed passes after the first (median kept)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPUs)")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -108,21 +112,25 @@ def main() -> None:
     rows = []
     for tokens in args.tokens:
         for path in PATHS:
-            result = subprocess.run([sys.executable, __file__, *forwarded, "--worker", path, str(tokens)],
+            result = subprocess.run([sys.executable, __file__, *forwarded, "--worker", path,
+                                     str(tokens)],
                                     capture_output=True, text=True, check=True)
             rows.append(json.loads(result.stdout.splitlines()[-1]))
-    print(f"device: {rows[0]['device']}, threads: {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"{platform.machine()}; d_model {args.d_model}, vocab {args.vocab}, padding {args.padding:.0%}, "
-          f"eps {EPSILON}, bf16 autocast: {args.bf16}, chunk {rows_per_chunk(args.vocab)} rows\n")
-    print("| path | target tokens N | positions projected | peak extra memory (MiB) | forward+backward (s) |")
+    print(f"device: {rows[0]['device']}, threads: {torch.get_num_threads()}, torch "
+          f"{torch.__version__}, {platform.machine()}; d_model {args.d_model}, vocab {args.vocab}, "
+          f"padding {args.padding:.0%}, eps {EPSILON}, bf16 autocast: {args.bf16}, chunk "
+          f"{rows_per_chunk(args.vocab)} rows\n")
+    print("| path | target tokens N | positions projected | peak extra memory (MiB) | "
+          "forward+backward (s) |")
     print("|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['path']} | {row['tokens']} | {row['projected']} | {row['peak_mib']:,.0f} | "
               f"{row['seconds']:.3f} |")
     print()
-    for unfused, chunked in zip(rows[::2], rows[1::2]):
-        print(f"N {unfused['tokens']}: chunked / unfused memory {chunked['peak_mib'] / unfused['peak_mib']:.2f}x, "
-              f"time {chunked['seconds'] / unfused['seconds']:.2f}x")
+    for unfused, chunked in zip(rows[::2], rows[1::2], strict=True):
+        print(f"N {unfused['tokens']}: chunked / unfused memory "
+              f"{chunked['peak_mib'] / unfused['peak_mib']:.2f}x, time "
+              f"{chunked['seconds'] / unfused['seconds']:.2f}x")
 
 
 if __name__ == "__main__":

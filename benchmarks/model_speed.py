@@ -60,18 +60,22 @@ class PeerTransformer(nn.Module):
         self.transformer.encoder.norm = nn.Identity()
         self.transformer.decoder.norm = nn.Identity()
         position = torch.arange(4096).unsqueeze(1)
-        frequency = torch.exp(torch.arange(0, config.d_model, 2) * (-math.log(10000.0) / config.d_model))
+        frequency = torch.exp(torch.arange(0, config.d_model, 2)
+                              * (-math.log(10000.0) / config.d_model))
         table = torch.zeros(4096, config.d_model)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+        table[:, 0::2] = torch.sin(position * frequency)
+        table[:, 1::2] = torch.cos(position * frequency)
         self.register_buffer("positions", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def _embed(self, tokens):
-        return self.dropout(self.embedding(tokens) * math.sqrt(self.config.d_model) + self.positions[: tokens.size(1)])
+        return self.dropout(self.embedding(tokens) * math.sqrt(self.config.d_model)
+                            + self.positions[: tokens.size(1)])
 
     def forward(self, source, target_input):
         length = target_input.size(1)
-        causal = torch.triu(torch.full((length, length), float("-inf"), device=source.device), diagonal=1)
+        causal = torch.triu(torch.full((length, length), float("-inf"), device=source.device),
+                            diagonal=1)
         hidden = self.transformer(
             self._embed(source), self._embed(target_input), tgt_mask=causal,
             src_key_padding_mask=source.eq(PAD), memory_key_padding_mask=source.eq(PAD),
@@ -104,14 +108,15 @@ class PrefixRecomputingDecoder:
 def synthetic_batches(vocab: int, sentences: int, max_tokens: int, seed: int):
     rng = np.random.default_rng(seed)
     source_lengths = np.clip(rng.lognormal(np.log(26), 0.5, sentences).astype(int), 1, 200)
-    target_lengths = np.clip((source_lengths * rng.normal(1.1, 0.15, sentences)).astype(int), 1, 200)
+    target_lengths = np.clip((source_lengths * rng.normal(1.1, 0.15, sentences)).astype(int), 1,
+                             200)
     batches = []
     for indices in pack_batches(source_lengths, target_lengths, max_tokens, 256):
         s, t = source_lengths[indices], target_lengths[indices]
         source = torch.full((len(indices), s.max() + 1), PAD)
         target_in = torch.full((len(indices), t.max() + 1), PAD)
         target_out = torch.full((len(indices), t.max() + 1), PAD)
-        for row, (ls, lt) in enumerate(zip(s, t)):
+        for row, (ls, lt) in enumerate(zip(s, t, strict=True)):
             source[row, :ls] = torch.from_numpy(rng.integers(4, vocab, ls))
             source[row, ls] = EOS
             words = torch.from_numpy(rng.integers(4, vocab, lt))
@@ -143,7 +148,8 @@ def time_training(model, batches, device, steps, bf16, counter: TransformerFlops
         optimizer.zero_grad(set_to_none=True)
         target_tokens += tokens
         all_tokens += tokens + int(source.ne(PAD).sum())
-        flops += counter.training(source.ne(PAD).sum(1).cpu().numpy(), target_out.ne(PAD).sum(1).cpu().numpy())
+        flops += counter.training(source.ne(PAD).sum(1).cpu().numpy(),
+                                  target_out.ne(PAD).sum(1).cpu().numpy())
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
@@ -152,8 +158,8 @@ def time_training(model, batches, device, steps, bf16, counter: TransformerFlops
     peak_memory = (torch.cuda.max_memory_allocated() if device.type == "cuda"
                    else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"target tokens/s": target_tokens / seconds, "src+tgt tokens/s": all_tokens / seconds,
-            "GFLOP/s": flops / 1e9, "MFU": _mfu(flops, device), "peak memory (MiB)": peak_memory / 2**20,
-            "parameters": parameters}
+            "GFLOP/s": flops / 1e9, "MFU": _mfu(flops, device),
+            "peak memory (MiB)": peak_memory / 2**20, "parameters": parameters}
 
 
 def _mfu(flops: float, device: torch.device) -> str:
@@ -168,20 +174,24 @@ def time_beam_search(model, sources, device) -> dict:
     started = time.perf_counter()
     outputs = []
     for batch in sources:
-        outputs += beam_search(model, batch.to(device), beam_size=4, alpha=0.6, max_length_offset=50)
+        outputs += beam_search(model, batch.to(device), beam_size=4, alpha=0.6,
+                               max_length_offset=50)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - started
     sentences = sum(len(batch) for batch in sources)
-    return {"sentences/s": sentences / seconds, "generated tokens/s": sum(len(o) + 1 for o in outputs) / seconds}
+    return {"sentences/s": sentences / seconds,
+            "generated tokens/s": sum(len(o) + 1 for o in outputs) / seconds}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=SIZES, default="cpu")
     parser.add_argument("--vocab", type=int, default=37000)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (median kept)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved timing repeats (median kept)")
     parser.add_argument("--max-tokens", type=int, default=2048, help="tokens per side per batch")
     parser.add_argument("--decode-sentences", type=int, default=200)
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPUs)")
@@ -189,15 +199,19 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     config = SIZES[args.size]
     batches, waste = synthetic_batches(args.vocab, 4000, args.max_tokens, seed=0)
-    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}, "
-          f"threads: {torch.get_num_threads()}, torch {torch.__version__}, size: {args.size} "
-          f"(N={config.layers}, d_model={config.d_model}, d_ff={config.d_ff}, h={config.heads}), vocab {args.vocab}, "
-          f"{args.max_tokens} tokens/side/batch, padding waste {100 * waste:.1f}%")
+    device_name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+                   else platform.processor() or "cpu")
+    print(f"device: {device_name}, threads: {torch.get_num_threads()}, torch {torch.__version__}, "
+          f"size: {args.size} "
+          f"(N={config.layers}, d_model={config.d_model}, d_ff={config.d_ff}, h={config.heads}), "
+          f"vocab {args.vocab}, {args.max_tokens} tokens/side/batch, padding waste "
+          f"{100 * waste:.1f}%")
     models = {}
     for name, build in (("ours", Transformer), ("peer: torch.nn.Transformer", PeerTransformer)):
         torch.manual_seed(0)
         models[name] = build(config, args.vocab).to(device)
-    # Interleaved repeats, the median kept: neither model always runs first (or on a warmer machine).
+    # Interleaved repeats, the median kept: neither model always runs first (or on a warmer
+    # machine).
     runs = {name: [] for name in models}
     for _ in range(args.repeats):
         for name, model in models.items():
@@ -208,7 +222,9 @@ def main() -> None:
     columns = list(rows["ours"])
     print("\n| training | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
     for name, row in rows.items():
-        print(f"| {name} | " + " | ".join(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
+        print(f"| {name} | "
+              + " | ".join(f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row.values())
+              + " |")
 
     torch.manual_seed(0)
     model = Transformer(config, args.vocab).to(device).eval()
@@ -223,14 +239,19 @@ def main() -> None:
             batch[row, :length] = torch.from_numpy(rng.integers(4, args.vocab, length))
             batch[row, length] = EOS
         sources.append(batch)
-    decoders = {"ours (cached keys/values)": model, "recomputing the prefix": PrefixRecomputingDecoder(model)}
-    results = {name: time_beam_search(decoder, sources, device) for name, decoder in decoders.items()}
-    print(f"\n| beam search, {args.decode_sentences} sentences | sentences/s | generated tokens/s |\n|---|---|---|")
+    decoders = {"ours (cached keys/values)": model,
+                "recomputing the prefix": PrefixRecomputingDecoder(model)}
+    results = {name: time_beam_search(decoder, sources, device)
+               for name, decoder in decoders.items()}
+    print(f"\n| beam search, {args.decode_sentences} sentences | sentences/s | generated tokens/s |"
+          "\n|---|---|---|")
     for name, row in results.items():
         print(f"| {name} | {row['sentences/s']:.2f} | {row['generated tokens/s']:.1f} |")
-    ratio = results["ours (cached keys/values)"]["sentences/s"] / results["recomputing the prefix"]["sentences/s"]
-    print(f"\ncached / recomputing: {ratio:.2f}x; ours / peer training tokens/s: "
-          f"{rows['ours']['target tokens/s'] / rows['peer: torch.nn.Transformer']['target tokens/s']:.2f}x")
+    ratio = (results["ours (cached keys/values)"]["sentences/s"]
+             / results["recomputing the prefix"]["sentences/s"])
+    speedup = (rows["ours"]["target tokens/s"]
+               / rows["peer: torch.nn.Transformer"]["target tokens/s"])
+    print(f"\ncached / recomputing: {ratio:.2f}x; ours / peer training tokens/s: {speedup:.2f}x")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def make_archive(folder: Path, pairs: int, seed: int) -> Path:
     source_lengths = np.clip(rng.lognormal(np.log(22), 0.5, pairs), 1, 120).astype(int)
     target_lengths = np.clip(source_lengths * rng.normal(1.05, 0.12, pairs), 1, 120).astype(int)
     for side, lengths in (("en", source_lengths), ("de", target_lengths)):
-        (folder / f"corpus.{side}").write_text("\n".join(synthetic_side(rng, words, lengths)) + "\n")
+        lines = synthetic_side(rng, words, lengths)
+        (folder / f"corpus.{side}").write_text("\n".join(lines) + "\n")
     archive = folder / "corpus.tgz"
     with tarfile.open(archive, "w:gz") as bundle:
         for side in ("en", "de"):
@@ -51,7 +52,8 @@ def make_archive(folder: Path, pairs: int, seed: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=200_000)
     parser.add_argument("--vocab-size", type=int, default=37_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -59,7 +61,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         make_archive(folder, args.pairs, args.seed)
-        source = Source(name="synthetic", url="file:corpus.tgz", source_member="training/corpus.de-en.en",
+        source = Source(name="synthetic", url="file:corpus.tgz",
+                        source_member="training/corpus.de-en.en",
                         target_member="training/corpus.de-en.de")
         (folder / "corpus.tgz").replace(folder / file_name(source))  # where `download` puts it
         timings = {}
@@ -72,7 +75,8 @@ def main() -> None:
         pieces = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
         timings[f"sentencepiece BPE training ({pieces} pieces)"] = time.perf_counter() - started
         started = time.perf_counter()
-        encode_split(model, folder / "data/train.src", folder / "data/train.tgt", folder / "encoded")
+        encode_split(model, folder / "data/train.src", folder / "data/train.tgt",
+                     folder / "encoded")
         timings["encoding (all cores)"] = time.perf_counter() - started
     peak_mib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024

@@ -12,7 +12,8 @@ against the GPU's dense bf16 peak. Prints one headline line per run, e.g.
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes a minute:
 
-    .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 --steps 12 --log-every 4
+    .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 \\
+        --steps 12 --log-every 4
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def variant_for(size: str, steps: int, log_every: int, compile_model: bool, prec
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
     parser.add_argument("--pairs", type=int, default=200_000, help="synthetic training pairs")
     parser.add_argument("--vocab", type=int, default=37_000)
@@ -73,7 +75,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "auto"],
                         help="default: the config's")
-    parser.add_argument("--tokens-per-step", type=int, help="default: the config's 25,000 (CPUs: fewer)")
+    parser.add_argument("--tokens-per-step", type=int,
+                        help="default: the config's 25,000 (CPUs: fewer)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -94,18 +97,22 @@ def main() -> None:
     print(f"device: {device}, threads: {torch.get_num_threads()}, torch {torch.__version__}, "
           f"size: {args.size}, precision: {summary['precision']} (training.precision: "
           f"{variant.training.precision}), compile: {args.compile}")
-    print(f"steps: {summary['steps']}, mean tokens per step: {summary['mean_source_tokens_per_step']:.0f} source, "
-          f"{summary['mean_target_tokens_per_step']:.0f} target; padding {100 * summary['padding_waste']:.1f}%")
+    print(f"steps: {summary['steps']}, mean tokens per step: "
+          f"{summary['mean_source_tokens_per_step']:.0f} source, "
+          f"{summary['mean_target_tokens_per_step']:.0f} target; padding "
+          f"{100 * summary['padding_waste']:.1f}%")
     print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")
     for row in windows:
         mfu = f"{100 * row['mfu']:.1f}%" if "mfu" in row else "n/a"
-        print(f"| {row['step']} | {row['target_tokens_per_second']:,.0f} | {row['model_tflops_per_second']:.3f} | {mfu} |")
+        print(f"| {row['step']} | {row['target_tokens_per_second']:,.0f} | "
+              f"{row['model_tflops_per_second']:.3f} | {mfu} |")
     peak = peak_flops(device) if device != "cpu" else None
     for label, rows in (("cold", windows[:1]), ("warm", windows[1:] or windows)):
         tokens = statistics.median(row["target_tokens_per_second"] for row in rows)
         flops = statistics.median(row["model_tflops_per_second"] for row in rows) * 1e12
         mfu = f"{100 * flops / peak:.1f}%" if peak else "n/a (no known peak)"
-        print(f"{name} {args.size} (trainer, {label}): {tokens / 1000:,.1f}k target tok/s, exact MFU {mfu}")
+        print(f"{name} {args.size} (trainer, {label}): {tokens / 1000:,.1f}k target tok/s, exact "
+              f"MFU {mfu}")
 
 
 if __name__ == "__main__":

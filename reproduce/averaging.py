@@ -28,14 +28,15 @@ log = logging.getLogger(__name__)
 def average_checkpoints(paths: list[Path]) -> dict:
     """The element-wise mean of the models in ``paths`` (in float64, cast back to each dtype)."""
     states = [load_checkpoint(path) for path in paths]
-    for path, state in zip(paths[1:], states[1:]):
+    for path, state in zip(paths[1:], states[1:], strict=True):
         if state.get("fingerprint") != states[0].get("fingerprint"):
             raise CheckpointError(
-                f"{path}: trained with other settings (fingerprint {state.get('fingerprint')}) than "
-                f"{paths[0]} ({states[0].get('fingerprint')}); only checkpoints of one run are averaged"
+                f"{path}: trained with other settings (fingerprint {state.get('fingerprint')}) "
+                f"than {paths[0]} ({states[0].get('fingerprint')}); only checkpoints of one run "
+                "are averaged"
             )
     models = [state["model"] for state in states]
-    for path, model in zip(paths[1:], models[1:]):
+    for path, model in zip(paths[1:], models[1:], strict=True):
         _check_same_tensors(path, model, paths[0], models[0])
     averaged = {}
     for name, first in models[0].items():
@@ -45,9 +46,10 @@ def average_checkpoints(paths: list[Path]) -> dict:
         elif all(torch.equal(first, t) for t in tensors):
             averaged[name] = first.clone()
         else:
-            raise CheckpointError(f"integer tensor {name!r} differs between {paths[0]} and the others")
-    identity = {key: states[-1][key] for key in ("model_config", "vocab_size", "settings", "fingerprint",
-                                                    "spm_model_sha256")
+            raise CheckpointError(f"integer tensor {name!r} differs between {paths[0]} and the "
+                                  "others")
+    identity = {key: states[-1][key] for key in ("model_config", "vocab_size", "settings",
+                                                 "fingerprint", "spm_model_sha256")
                 if key in states[-1]}
     return {"model": averaged, **identity, "step": states[-1]["step"],
             "averaged_steps": [state["step"] for state in states]}
@@ -58,13 +60,15 @@ def _check_same_tensors(path: Path, model: dict, first_path: Path, first: dict) 
     (a checkpoint of another model), before torch fails on them mid-average."""
     names = model.keys() ^ first.keys()
     if names:
-        raise CheckpointError(f"{path}: cannot use the checkpoint: tensor {sorted(names)[0]!r} is in "
-                              f"only one of it and {first_path}; only checkpoints of one run are averaged")
+        raise CheckpointError(f"{path}: cannot use the checkpoint: tensor {sorted(names)[0]!r} is "
+                              f"in only one of it and {first_path}; only checkpoints of one run "
+                              "are averaged")
     for name, tensor in model.items():
         if tensor.shape != first[name].shape:
             raise CheckpointError(
-                f"{path}: cannot use the checkpoint: tensor {name!r} has shape {list(tensor.shape)}, "
-                f"but {list(first[name].shape)} in {first_path}; only checkpoints of one run are averaged")
+                f"{path}: cannot use the checkpoint: tensor {name!r} has shape "
+                f"{list(tensor.shape)}, but {list(first[name].shape)} in {first_path}; only "
+                "checkpoints of one run are averaged")
 
 
 def _check_last(k: int | None) -> None:
@@ -79,7 +83,8 @@ def _save_average(paths: list[Path], output: Path) -> dict:
     return state
 
 
-def average_last(checkpoint_dir: Path, k: int, output: Path, every_steps: int | None = None) -> dict:
+def average_last(checkpoint_dir: Path, k: int, output: Path,
+                 every_steps: int | None = None) -> dict:
     """Average the last ``k`` checkpoints of ``checkpoint_dir`` on the ``every_steps`` grid into
     ``output``. Without ``every_steps`` the last ``k`` files are taken, and refused when their
     steps are not evenly spaced: one was written off the grid (by a stop request or a wall-clock
@@ -96,7 +101,7 @@ def average_last(checkpoint_dir: Path, k: int, output: Path, every_steps: int | 
         )
     chosen = available[-k:]
     steps = [checkpoint_step(path) for path in chosen]
-    if every_steps is None and len({b - a for a, b in zip(steps, steps[1:])}) > 1:
+    if every_steps is None and len({b - a for a, b in zip(steps, steps[1:], strict=False)}) > 1:
         raise CheckpointError(
             f"{checkpoint_dir}: the last {k} checkpoints, steps {steps}, are not evenly spaced (a "
             f"stop request or a wall-clock save wrote one off the save grid); average what "

@@ -69,7 +69,8 @@ class Source(Strict):
         if self.format in ("tsv", "ptb") and self.target_member is not None:
             raise ConfigError(f"a {self.format} source holds both sides in source_member; drop "
                               "target_member")
-        if self.format not in ("tsv", "ptb") and (self.source_member is None) != (self.target_member is None):
+        if (self.format not in ("tsv", "ptb")
+                and (self.source_member is None) != (self.target_member is None)):
             raise ConfigError("give both source_member and target_member, or neither")
         return self
 
@@ -172,7 +173,8 @@ class ModelConfig(Strict):
                               "does not have; remove it (or use architecture transformer)")
         if self.positional == "learned":
             raise ConfigError("positional: learned adds position embeddings, which architecture "
-                              "rnn does not use (its LSTMs see the order); use sinusoidal (ignored)")
+                              "rnn does not use (its LSTMs see the order); use sinusoidal "
+                              "(ignored)")
         if self.d_model % 2:
             raise ConfigError(f"architecture rnn needs an even d_model (the bidirectional encoder "
                               f"has d_model/2 units per direction), got {self.d_model}")
@@ -256,7 +258,8 @@ class TrainingConfig(Strict):
             raise ConfigError(
                 f"tokens_per_step / micro_batches_per_step = {self.tokens_per_step} / "
                 f"{self.micro_batches_per_step} = {budget} tokens per micro-batch, more than "
-                f"max_tokens_per_device ({self.max_tokens_per_device}): raise micro_batches_per_step"
+                f"max_tokens_per_device ({self.max_tokens_per_device}): raise "
+                "micro_batches_per_step"
             )
         return self
 
@@ -445,7 +448,8 @@ class Experiment(Strict):
                 raise ConfigError(f"variants.{rows[0]}.table3_row: a parsing experiment has no "
                                   "Table 3; drop table3_row")
         elif self.tables.table4:
-            raise ConfigError("tables.table4: only a parsing experiment (task: parsing) has Table 4")
+            raise ConfigError("tables.table4: only a parsing experiment (task: parsing) has "
+                              "Table 4")
         return self
 
     def variant(self, name: str) -> ResolvedVariant:
@@ -480,7 +484,8 @@ class Experiment(Strict):
 _NOT_TRAINED_ON = {"steps", "log_every_steps", "eval_every_steps", "checkpoints", "average_last"}
 
 
-def trained_settings(variant: ResolvedVariant, experiment: Experiment | None = None) -> dict[str, Any]:
+def trained_settings(variant: ResolvedVariant,
+                     experiment: Experiment | None = None) -> dict[str, Any]:
     """Every setting that shapes the weights of ``variant`` after a given number of steps, as
     ``{"model.dropout": 0.1, "data.train.0.url": ..., ...}``: the model, the training settings
     (but :data:`_NOT_TRAINED_ON`) and, given the ``experiment``, the languages, the train and dev
@@ -511,7 +516,8 @@ def differing_settings(recorded: dict[str, Any], current: dict[str, Any]) -> lis
     """``key: recorded -> current`` for every key whose value differs (or exists on one side)."""
     missing = "(absent)"
     return [f"{key}: {recorded.get(key, missing)!r} -> {current.get(key, missing)!r}"
-            for key in sorted(recorded.keys() | current.keys()) if recorded.get(key, missing) != current.get(key, missing)]
+            for key in sorted(recorded.keys() | current.keys())
+            if recorded.get(key, missing) != current.get(key, missing)]
 
 
 def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:

@@ -40,8 +40,9 @@ def running_mlflow_server(folder: Path, bind: str = "127.0.0.1"):
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
-                        "mlflow server did not start: " + (folder / "server.log").read_text()[-2000:]
-                    )
+                        "mlflow server did not start: "
+                        + (folder / "server.log").read_text()[-2000:]
+                    ) from None
                 time.sleep(0.5)
         yield url
     finally:

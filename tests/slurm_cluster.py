@@ -33,9 +33,11 @@ def _why_no_slurm() -> str | None:
         answer = subprocess.run(["sinfo", "--noheader", "--format=%n %T"],
                                 capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        return "sinfo did not answer within 30 s (start it: bash scripts/local-slurm.sh start, as root)"
+        return ("sinfo did not answer within 30 s (start it: bash scripts/local-slurm.sh start, "
+                "as root)")
     if answer.returncode != 0:
-        return f"sinfo failed: {answer.stderr.strip()} (start it: bash scripts/local-slurm.sh start, as root)"
+        return (f"sinfo failed: {answer.stderr.strip()} (start it: bash scripts/local-slurm.sh "
+                "start, as root)")
     nodes = [line.split() for line in answer.stdout.splitlines() if line.strip()]
     if not any(state in READY_STATES for _, state in nodes):
         found = ", ".join(" ".join(node) for node in nodes) or "no nodes"
@@ -44,7 +46,8 @@ def _why_no_slurm() -> str | None:
 
 
 def require_local_slurm() -> None:
-    """Skip the calling test when no local Slurm can run jobs; fail instead in CI with REQUIRE_SLURM=1."""
+    """Skip the calling test when no local Slurm can run jobs; fail instead in CI with
+    REQUIRE_SLURM=1."""
     reason = _why_no_slurm()
     if reason is None:
         return
@@ -54,7 +57,8 @@ def require_local_slurm() -> None:
 
 
 def submitit_executor(folder: Path, **parameters) -> submitit.AutoExecutor:
-    """A submitit executor for the local cluster's `debug` partition whose jobs can import `tests`."""
+    """A submitit executor for the local cluster's `debug` partition whose jobs can import
+    `tests`."""
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
     python_path = shlex.quote(str(ROOT))
     executor.update_parameters(

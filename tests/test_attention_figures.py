@@ -1,5 +1,6 @@
 """`reproduce attention`: heads of chosen layers for chosen sentences, the three kinds of
-attention, plotted from a real checkpoint and sentencepiece model; bad choices are one-line errors."""
+attention, plotted from a real checkpoint and sentencepiece model; bad choices are one-line
+errors."""
 
 import pytest
 import torch
@@ -18,7 +19,8 @@ WORDS = "the cat dog sat on a mat house tree red blue big small runs jumps".spli
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("model")
-    lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(3 + i % 5)) for i in range(200)]
+    lines = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(3 + i % 5))
+             for i in range(200)]
     for side in ("src", "tgt"):
         (folder / f"train.{side}").write_text("\n".join(lines) + "\n")
     spm = train_sentencepiece(folder / "train.src", folder / "train.tgt",
@@ -82,10 +84,12 @@ def test_sentences_that_are_not_numbers_are_a_usage_error_of_the_option(model_fi
 def test_an_rnn_checkpoint_is_refused_in_one_line(model_files, tmp_path):
     folder, spm = model_files
     config = ModelConfig(architecture="rnn", layers=1, d_model=16)
-    save_checkpoint({"model": build_model(config, 60).state_dict(), "model_config": config.model_dump(),
-                     "vocab_size": 60, "step": 0}, tmp_path / "averaged.pt")
+    save_checkpoint({"model": build_model(config, 60).state_dict(),
+                     "model_config": config.model_dump(), "vocab_size": 60, "step": 0},
+                    tmp_path / "averaged.pt")
     (tmp_path / "test.src").write_text((folder / "test.src").read_text())
     (tmp_path / "test.txt").write_text((folder / "test.txt").read_text())
     with pytest.raises(SystemExit, match=r"averaged\.pt: a model\.architecture rnn model has no "
-                                         r"attention heads to plot; Figures 3-5 need a Transformer"):
+                                         r"attention heads to plot; Figures 3-5 need a "
+                                         r"Transformer"):
         main(_arguments(tmp_path, spm, tmp_path / "figures"))

@@ -58,7 +58,8 @@ def test_cross_attention_weights_times_values_equal_the_sdpa_output():
     memory_layout = TokenLayout(memory_padding)
     with torch.no_grad():
         weights = module.attention_weights(x, None, memory_layout.unpad(memory), memory_layout)
-        v = module.kv(memory).split(module.kv_sizes, dim=-1)[1].view(2, 7, HEADS, D_V).transpose(1, 2)
+        v = module.kv(memory).split(module.kv_sizes, dim=-1)[1]
+        v = v.view(2, 7, HEADS, D_V).transpose(1, 2)
         expected = module(x, None, memory_layout.unpad(memory), memory_layout)
     assert weights.shape == (2, HEADS, 5, 7) and (weights[1, :, :, -3:] == 0).all()
     assert torch.allclose(_merge_heads(module, weights, v), expected, atol=1e-6)
@@ -71,7 +72,8 @@ def test_keys_outside_the_radius_get_zero_weight(causal):
     with torch.no_grad():
         weights = module.attention_weights(x, causal=causal)
     i, j = torch.meshgrid(torch.arange(length), torch.arange(length), indexing="ij")
-    outside = ((i - j).abs() > radius) | ((j > i) if causal else torch.zeros_like(i, dtype=torch.bool))
+    outside = ((i - j).abs() > radius) | ((j > i) if causal
+                                          else torch.zeros_like(i, dtype=torch.bool))
     assert (weights[..., outside] == 0).all()
     assert (weights[..., ~outside] > 0).all()
 
@@ -140,7 +142,7 @@ def test_model_attention_maps_reproduce_the_models_own_output():
     assert [m.shape for m in maps["cross"]] == [(2, HEADS, 5, 6)] * 2
     with torch.no_grad():
         memory = model._embed(source)
-        for layer, weights in zip(model.encoder, maps["encoder_self"]):
+        for layer, weights in zip(model.encoder, maps["encoder_self"], strict=True):
             attention = layer.attention
             v = attention.qkv(memory).split(attention.sizes, dim=-1)[2]
             v = v.view(2, 6, HEADS, D_V).transpose(1, 2)
@@ -151,10 +153,13 @@ def test_model_attention_maps_reproduce_the_models_own_output():
         y = model._embed(target)
         for index, layer in enumerate(model.decoder):
             attention = layer.self_attention
-            v = attention.qkv(y).split(attention.sizes, dim=-1)[2].view(2, 5, HEADS, D_V).transpose(1, 2)
-            y = layer.self_attention_residual(y, _merge_heads(attention, maps["decoder_self"][index], v))
+            v = attention.qkv(y).split(attention.sizes, dim=-1)[2]
+            v = v.view(2, 5, HEADS, D_V).transpose(1, 2)
+            merged = _merge_heads(attention, maps["decoder_self"][index], v)
+            y = layer.self_attention_residual(y, merged)
             cross = layer.cross_attention
-            v = cross.kv(memory).split(cross.kv_sizes, dim=-1)[1].view(2, 6, HEADS, D_V).transpose(1, 2)
+            v = cross.kv(memory).split(cross.kv_sizes, dim=-1)[1]
+            v = v.view(2, 6, HEADS, D_V).transpose(1, 2)
             y = layer.cross_attention_residual(y, _merge_heads(cross, maps["cross"][index], v))
             y = layer.feed_forward_residual(y, layer.feed_forward(y))
         assert torch.allclose(y, model.decoder_states(target, model.encode(source)), atol=1e-5)

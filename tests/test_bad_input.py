@@ -80,8 +80,9 @@ def _checkpoint(path: Path, vocab_size: int, d_model: int, step: int, settings: 
     pieces of ``spm``."""
     config = ModelConfig(d_model=d_model, **(SMALL_MODEL | model))
     torch.manual_seed(0)
-    state = {"model": Transformer(config, vocab_size).state_dict(), "model_config": config.model_dump(),
-             "vocab_size": vocab_size, "step": step, "settings": settings or {"model.d_model": d_model}}
+    state = {"model": Transformer(config, vocab_size).state_dict(),
+             "model_config": config.model_dump(), "vocab_size": vocab_size, "step": step,
+             "settings": settings or {"model.d_model": d_model}}
     if spm is not None:
         state["spm_model_sha256"] = hashlib.sha256(spm.read_bytes()).hexdigest()
     save_checkpoint(state, path)
@@ -112,18 +113,22 @@ def world(tmp_path_factory):
     pairs = generate_corpus(400, 0, 0, seed=3)["train"]
     (root / "train.src").write_text("".join(s + "\n" for s, _ in pairs))
     (root / "train.tgt").write_text("".join(t + "\n" for _, t in pairs))
-    spm = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=120), root / "spm")
-    other = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=90), root / "other")
-    # As many pieces as `spm`, learned from other text: only the checkpoint's record tells them apart.
+    spm = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=120),
+                              root / "spm")
+    other = train_sentencepiece(root / "train.src", root / "train.tgt", BpeConfig(vocab_size=90),
+                                root / "other")
+    # As many pieces as `spm`, learned from other text: only the checkpoint's record tells them
+    # apart.
     (root / "shuffled.src").write_text("".join(s[::-1] + "\n" for s, _ in pairs))
     (root / "shuffled.tgt").write_text("".join(t[::-1] + "\n" for _, t in pairs))
-    same_size = train_sentencepiece(root / "shuffled.src", root / "shuffled.tgt", BpeConfig(vocab_size=120),
-                                    root / "same-size")
+    same_size = train_sentencepiece(root / "shuffled.src", root / "shuffled.tgt",
+                                    BpeConfig(vocab_size=120), root / "same-size")
     write_encoded(root / "encoded", 120, [([5, 6], [7, 8])])
     mixed = root / "mixed"
     _checkpoint(mixed / "step_00000010.pt", 120, 16, 10)
     _checkpoint(mixed / "step_00000020.pt", 120, 32, 20)
-    with serving(root / "served") as (url, _), serving(root / "served", no_length=True) as (bare, _):
+    with (serving(root / "served") as (url, _),
+          serving(root / "served", no_length=True) as (bare, _)):
         digest = hashlib.sha256(served.read_bytes()).hexdigest()
         member = {"source_member": "train.src", "target_member": "train.tgt"}
         experiment = _experiment(root / "experiment.yaml", {"train": [
@@ -132,8 +137,10 @@ def world(tmp_path_factory):
             {"name": "wrong_sum", "url": f"{url}/corpus.tgz", "sha256": "0" * 64, **member},
             {"name": "right", "url": f"{url}/corpus.tgz", "sha256": digest, **member},
         ]})
-        yield World(root=root, experiment=experiment, spm=spm, other_spm=other, same_size_spm=same_size,
-                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10, _trained_with(experiment), spm),
+        yield World(root=root, experiment=experiment, spm=spm, other_spm=other,
+                    same_size_spm=same_size,
+                    checkpoint=_checkpoint(root / "model.pt", 120, 16, 10,
+                                           _trained_with(experiment), spm),
                     learned_checkpoint=_checkpoint(root / "learned.pt", 120, 16, 10,
                                                    _trained_with(experiment, "E_learned"), spm,
                                                    positional="learned"),
@@ -143,7 +150,8 @@ def world(tmp_path_factory):
 
 def _prepare_world(world: World, name: str, members: dict[str, bytes]) -> tuple[Path, Path]:
     """An experiment whose train split is one archive holding ``members``, already downloaded."""
-    source = {"name": name, "url": f"file:{name}.tgz", "source_member": "a.src", "target_member": "a.tgt"}
+    source = {"name": name, "url": f"file:{name}.tgz", "source_member": "a.src",
+              "target_member": "a.tgt"}
     experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]})
     downloads = world.root / f"downloads-{name}"
     write_tgz_bytes(downloads / file_name(Source(**source)), members)
@@ -154,8 +162,10 @@ def _prepare_world(world: World, name: str, members: dict[str, bytes]) -> tuple[
 # The cases: (id, command, arguments from the world, names the error line must hold)
 # --------------------------------------------------------------------------------------------
 def _decode(world: World, **changes) -> list:
-    options = {"--experiment": world.experiment, "--variant": "base", "--checkpoint": world.checkpoint,
-               "--spm-model": world.spm, "--source": world.text, "--out": world.root / "out.txt"} | changes
+    options = {"--experiment": world.experiment, "--variant": "base",
+               "--checkpoint": world.checkpoint,
+               "--spm-model": world.spm, "--source": world.text,
+               "--out": world.root / "out.txt"} | changes
     return [part for option, value in options.items() for part in (option, value)]
 
 
@@ -204,7 +214,8 @@ def _prepare(world: World, name: str, members: dict[str, bytes]) -> list:
 
 def _prepare_treebank(world: World, name: str, members: dict[str, bytes]) -> list:
     """``prepare`` of a train split that is one ptb source, a glob over ``members``."""
-    source = {"name": name, "url": f"file:{name}.tgz", "format": "ptb", "source_member": "wsj/*/*.mrg"}
+    source = {"name": name, "url": f"file:{name}.tgz", "format": "ptb",
+              "source_member": "wsj/*/*.mrg"}
     experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]}, base="tiny_parsing")
     downloads = world.root / f"downloads-{name}"
     write_tgz_bytes(downloads / file_name(Source(**source)), members)
@@ -266,30 +277,38 @@ def _bad_experiment(world: World, edit) -> Path:
 
 CASES = [
     # Downloads
-    ("download-http-404-token-url", "download", lambda w: _download(w, "missing"), ["nothere.tgz", "HTTP 404"]),
+    ("download-http-404-token-url", "download", lambda w: _download(w, "missing"),
+     ["nothere.tgz", "HTTP 404"]),
     ("download-no-length-no-sha256", "download", lambda w: _download(w, "no_length"),
      ["corpus.tgz", "no Content-Length", "'no_length'"]),
-    ("download-sha256-mismatch", "download", lambda w: _download(w, "wrong_sum"), ["sha256 mismatch", "0" * 64]),
-    ("download-unknown-source", "download", lambda w: _download(w, "nope"), ["experiment.yaml", "'nope'"]),
+    ("download-sha256-mismatch", "download", lambda w: _download(w, "wrong_sum"),
+     ["sha256 mismatch", "0" * 64]),
+    ("download-unknown-source", "download", lambda w: _download(w, "nope"),
+     ["experiment.yaml", "'nope'"]),
     # Corpora
     ("prepare-empty-split", "prepare", lambda w: _prepare(w, "empty", {"a.src": b"", "a.tgt": b""}),
      ["split train", "0 sentence pairs", "empty"]),
-    ("prepare-below-min-pairs", "prepare", lambda w: _prepare(w, "few", {"a.src": b"a\n" * 5, "a.tgt": b"b\n" * 5}),
+    ("prepare-below-min-pairs", "prepare",
+     lambda w: _prepare(w, "few", {"a.src": b"a\n" * 5, "a.tgt": b"b\n" * 5}),
      ["split train", "5 sentence pairs", "data.min_pairs = 100"]),
-    ("prepare-not-utf8", "prepare", lambda w: _prepare(w, "latin", {"a.src": b"a\nb\n", "a.tgt": b"x\n\xe4\n"}),
+    ("prepare-not-utf8", "prepare",
+     lambda w: _prepare(w, "latin", {"a.src": b"a\nb\n", "a.tgt": b"x\n\xe4\n"}),
      ["member a.tgt", "line 2", "not UTF-8"]),
-    ("prepare-sides-differ", "prepare", lambda w: _prepare(w, "uneven", {"a.src": b"a\nb\n", "a.tgt": b"x\n"}),
+    ("prepare-sides-differ", "prepare",
+     lambda w: _prepare(w, "uneven", {"a.src": b"a\nb\n", "a.tgt": b"x\n"}),
      ["'uneven'", "has 2 sentences", "has 1"]),
     ("prepare-missing-member", "prepare", lambda w: _prepare(w, "member", {"other.txt": b"a\n"}),
      ["no member 'a.src'"]),
     ("prepare-ptb-malformed-tree", "prepare",
-     lambda w: _prepare_treebank(w, "trees", {"wsj/02/a.mrg": b"( (S (NP (NN a)) (VP (VB b))) )\n\n( (S\n (NP x y)) )\n"}),
+     lambda w: _prepare_treebank(
+         w, "trees", {"wsj/02/a.mrg": b"( (S (NP (NN a)) (VP (VB b))) )\n\n( (S\n (NP x y)) )\n"}),
      ["member wsj/02/a.mrg", "line 4 (tree 2)", "node 'NP' holds 2 word(s)"]),
     ("prepare-ptb-glob-matches-nothing", "prepare",
      lambda w: _prepare_treebank(w, "noglob", {"wsj/a.mrg": b"( (S (NP (NN a))) )\n"}),
      ["no member matches 'wsj/*/*.mrg'", "wsj/a.mrg"]),
     ("prepare-ptb-not-utf8", "prepare",
-     lambda w: _prepare_treebank(w, "latintrees", {"wsj/02/a.mrg": b"( (S (NP (NN a)))\n (VP (VB \xe4))) )\n"}),
+     lambda w: _prepare_treebank(w, "latintrees",
+                                 {"wsj/02/a.mrg": b"( (S (NP (NN a)))\n (VP (VB \xe4))) )\n"}),
      ["member wsj/02/a.mrg", "line 2", "not UTF-8"]),
     ("prepare-downloads-missing", "prepare",
      lambda w: ["--experiment", w.experiment, "--split", "train", "--downloads", w.root / "nowhere",
@@ -317,7 +336,8 @@ CASES = [
      lambda w: ["--spm-model", w.root / "no.model", "--source", w.text, "--target", w.text,
                 "--out-dir", w.root / "enc"], ["--spm-model", "no.model", "no such file"]),
     ("encode-not-an-spm-model", "encode",
-     lambda w: ["--spm-model", w.text, "--source", w.text, "--target", w.text, "--out-dir", w.root / "enc"],
+     lambda w: ["--spm-model", w.text, "--source", w.text, "--target", w.text, "--out-dir",
+                w.root / "enc"],
      ["train.src", "not a sentencepiece model"]),
     ("encode-not-utf8", "encode",
      lambda w: ["--spm-model", w.spm, "--source", _latin1(w), "--target", _lines(w, "three.txt", 3),
@@ -325,28 +345,37 @@ CASES = [
     # Arguments
     ("decode-unknown-variant", "decode", lambda w: _decode(w, **{"--variant": "nope"}),
      ["--variant 'nope'", "known: A_h1, D_ls0, E_learned, base, big"]),
-    ("decode-threads-0", "decode", lambda w: _decode(w, **{"--threads": "0"}), ["--threads", "positive integer"]),
-    ("train-tasks-0", "train", lambda w: _train(w, **{"--tasks": "0"}), ["--tasks", "positive integer, got 0"]),
-    ("train-threads-not-a-number", "train", lambda w: _train(w, **{"--threads": "two"}), ["--threads", "'two'"]),
-    ("train-unknown-variant", "train", lambda w: _train(w, **{"--variant": "base2"}), ["--variant 'base2'"]),
-    ("train-missing-encoded-data", "train", lambda w: _train(w, **{"--train-data": w.root / "none"}),
+    ("decode-threads-0", "decode", lambda w: _decode(w, **{"--threads": "0"}),
+     ["--threads", "positive integer"]),
+    ("train-tasks-0", "train", lambda w: _train(w, **{"--tasks": "0"}),
+     ["--tasks", "positive integer, got 0"]),
+    ("train-threads-not-a-number", "train", lambda w: _train(w, **{"--threads": "two"}),
+     ["--threads", "'two'"]),
+    ("train-unknown-variant", "train", lambda w: _train(w, **{"--variant": "base2"}),
+     ["--variant 'base2'"]),
+    ("train-missing-encoded-data", "train",
+     lambda w: _train(w, **{"--train-data": w.root / "none"}),
      ["--train-data", "no such directory"]),
     ("average-last-0", "average", lambda w: _average(w, "0"), ["--last", "got 0"]),
     ("average-last-negative", "average", lambda w: _average(w, "-3"), ["--last", "got -3"]),
-    ("average-more-than-kept", "average", lambda w: _average(w, "5"), ["mixed", "2 checkpoints", "asks for 5"]),
+    ("average-more-than-kept", "average", lambda w: _average(w, "5"),
+     ["mixed", "2 checkpoints", "asks for 5"]),
     ("make-tiny-corpus-positional", "make-tiny-corpus", lambda w: [w.root / "t.tgz"], ["--out"]),
-    ("make-tiny-treebank-positional", "make-tiny-treebank", lambda w: [w.root / "t.tgz"], ["--out"]),
+    ("make-tiny-treebank-positional", "make-tiny-treebank", lambda w: [w.root / "t.tgz"],
+     ["--out"]),
     ("score-line-counts-differ", "score", _score, ["hyp.txt has 3 lines", "ref.txt has 4"]),
     ("score-encoded-vocabulary-mismatch", "score",
      lambda w: _score(w, hypotheses=4, encoded=_encoded_with_vocabulary(w, 90)),
      ["encoded-90", "90 pieces", "vocabulary of 120"]),
-    ("score-encoded-with-other-pieces", "score", lambda w: _score(w, hypotheses=4, encoded=_encoded_with_other_pieces(w)),
+    ("score-encoded-with-other-pieces", "score",
+     lambda w: _score(w, hypotheses=4, encoded=_encoded_with_other_pieces(w)),
      ["encoded-other-pieces", "another sentencepiece model", "model.pt"]),
     # Experiment files
     ("experiment-missing", "decode", lambda w: _decode(w, **{"--experiment": w.root / "none.yaml"}),
      ["none.yaml", "cannot read"]),
     ("experiment-unknown-key", "decode",
-     lambda w: _decode(w, **{"--experiment": _bad_experiment(w, lambda raw: raw["model"].update(d_modle=1))}),
+     lambda w: _decode(w, **{"--experiment": _bad_experiment(
+         w, lambda raw: raw["model"].update(d_modle=1))}),
      ["typo.yaml", "model.d_modle: unknown key"]),
     # Checkpoints
     ("checkpoint-missing", "decode", lambda w: _decode(w, **{"--checkpoint": w.root / "none.pt"}),
@@ -355,16 +384,19 @@ CASES = [
      ["--checkpoint", "is a directory"]),
     ("checkpoint-truncated", "decode", lambda w: _decode(w, **{"--checkpoint": _truncated(w)}),
      ["truncated.pt", "not a readable checkpoint"]),
-    ("checkpoint-empty", "score", lambda w: _score(w)[:-4] + ["--checkpoint", _lines(w, "empty.pt", 0)] + _score(w)[-4:],
+    ("checkpoint-empty", "score",
+     lambda w: _score(w)[:-4] + ["--checkpoint", _lines(w, "empty.pt", 0)] + _score(w)[-4:],
      ["empty.pt", "0 bytes"]),
     ("checkpoint-foreign-zip", "decode", lambda w: _decode(w, **{"--checkpoint": _foreign_zip(w)}),
      ["foreign.pt", "not a complete checkpoint"]),
     ("average-shape-mismatch", "average", lambda w: _average(w, "2"),
      ["mixed", "step_00000020.pt", "cannot use the checkpoint", "shape"]),
     # Sentencepiece model and source text given to decode
-    ("decode-spm-vocabulary-mismatch", "decode", lambda w: _decode(w, **{"--spm-model": w.other_spm}),
+    ("decode-spm-vocabulary-mismatch", "decode",
+     lambda w: _decode(w, **{"--spm-model": w.other_spm}),
      ["other.model", "90 pieces", "vocabulary of 120"]),
-    ("decode-spm-other-pieces-same-size", "decode", lambda w: _decode(w, **{"--spm-model": w.same_size_spm}),
+    ("decode-spm-other-pieces-same-size", "decode",
+     lambda w: _decode(w, **{"--spm-model": w.same_size_spm}),
      ["same-size.model", "another sentencepiece model", "model.pt"]),
     ("decode-line-longer-than-learned-positions", "decode",
      lambda w: _decode(w, **{"--variant": "E_learned", "--checkpoint": w.learned_checkpoint,
@@ -386,7 +418,8 @@ def test_bad_input_is_one_clear_line(world, command, arguments, named):
 
 
 def test_verbose_shows_the_traceback_as_well(world):
-    result = run_cli("--verbose", "decode", *_decode(world, **{"--spm-model": world.other_spm}), cwd=world.root)
+    result = run_cli("--verbose", "decode", *_decode(world, **{"--spm-model": world.other_spm}),
+                     cwd=world.root)
     assert result.returncode != 0
     assert "Traceback" in result.stderr
     assert result.stderr.rstrip("\n").splitlines()[-1].startswith("reproduce decode: error: ")
@@ -397,6 +430,7 @@ def test_decode_writes_one_line_per_source_line_whatever_they_hold(world):
     odd = ["form\ffeed", "vertical\vtab", "line\u2028separator", "para\u2029graph", "next\x85line"]
     source.write_text("".join(line + "\n" for line in odd), encoding="utf-8")
     out = world.root / "odd.out"
-    result = run_cli("decode", *_decode(world, **{"--source": source, "--out": out}), cwd=world.root)
+    result = run_cli("decode", *_decode(world, **{"--source": source, "--out": out}),
+                     cwd=world.root)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes().count(b"\n") == len(odd) == 5

@@ -40,7 +40,8 @@ def test_evaluation_batches_fit_the_padded_limit_and_hold_every_pair_once():
 
 
 def test_overlong_and_empty_pairs_are_left_out():
-    batches = pack_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), max_tokens=1000, max_source_tokens=256)
+    batches = pack_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), max_tokens=1000,
+                           max_source_tokens=256)
     assert sorted(np.concatenate(batches).tolist()) == [0]
     micro = pack_micro_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), 100, 1000, 256)
     assert sorted(np.concatenate(micro).tolist()) == [0]
@@ -53,7 +54,7 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
     assert sorted(np.concatenate(batches).tolist()) == list(range(50_000))
     source_sizes, target_sizes = source + 1, target + 1
     per_batch = np.array([(source_sizes[b].sum(), target_sizes[b].sum()) for b in batches])
-    for (source_total, target_total), batch in zip(per_batch, batches):
+    for (source_total, target_total), batch in zip(per_batch, batches, strict=True):
         # a pair joins only while it overshoots by at most half its own size, on each side
         last_source, last_target = source_sizes[batch].max(), target_sizes[batch].max()
         assert source_total <= budget + last_source / 2 and target_total <= budget + last_target / 2
@@ -62,12 +63,14 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
     full = per_batch[:-1]  # the last micro-batch holds what is left
     binding = full.max(axis=1)  # the side that filled up
     assert abs(binding.mean() - budget) / budget < 0.01
-    assert np.all(full.min(axis=1) > 0.6 * budget)  # the other side is close too (lengths correlate)
+    # The other side is close too (lengths correlate).
+    assert np.all(full.min(axis=1) > 0.6 * budget)
 
 
 def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
-    micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 1200, 2560)[3]
+    micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 1200,
+                                     2560)[3]
 
     def padded(indices):
         return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
@@ -77,7 +80,8 @@ def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(t
         passes = device_passes(micro_batch, corpus, max_padded, multiple=4)
         assert sorted(np.concatenate(passes).tolist()) == sorted(micro_batch.tolist())
         assert all(padded(indices) <= max_padded for indices in passes if len(indices) > 1)
-        for current, following in zip(passes, passes[1:]):  # each pass is as large as fits
+        # Each pass is as large as fits.
+        for current, following in zip(passes, passes[1:], strict=False):
             assert padded(np.append(current, following[0])) > max_padded
         if expected is None:
             assert 1 < len(passes) < len(micro_batch)
@@ -90,7 +94,8 @@ def test_similar_lengths_are_batched_together_so_padding_is_small(tmp_path):
     batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 100, 200, 256)
     assert padding_waste(batches, corpus) < 0.25  # random source lengths; targets match them
     shuffled = np.random.default_rng(0).permutation(len(corpus))
-    naive = [shuffled[i : i + len(b)] for i, b in zip(np.cumsum([0] + [len(b) for b in batches]), batches)]
+    naive = [shuffled[i : i + len(b)] for i, b in zip(np.cumsum([0] + [len(b) for b in batches]),
+                                                      batches, strict=False)]
     assert padding_waste(batches, corpus) < padding_waste(naive, corpus)
 
 
@@ -113,12 +118,13 @@ def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp
     steps = [first.next_step() for _ in range(30)]  # several epochs
     assert all(len(group) == 8 for group in steps)
     per_step = np.array([[sum(int(lengths[b].sum()) + len(b) for b in group)
-                          for lengths in (corpus.source_lengths, corpus.target_lengths)] for group in steps])
+                          for lengths in (corpus.source_lengths, corpus.target_lengths)]
+                         for group in steps])
     assert abs(per_step.max(axis=1).mean() - 300) / 300 < 0.1
     replay = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
     for group in steps[:10]:
-        assert all(np.array_equal(a, b) for a, b in zip(group, replay.next_step()))
+        assert all(np.array_equal(a, b) for a, b in zip(group, replay.next_step(), strict=True))
     resumed = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
     resumed.seek(StreamPosition(**vars(replay.position)))
     for group in steps[10:]:
-        assert all(np.array_equal(a, b) for a, b in zip(group, resumed.next_step()))
+        assert all(np.array_equal(a, b) for a, b in zip(group, resumed.next_step(), strict=True))

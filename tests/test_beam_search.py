@@ -84,7 +84,8 @@ def test_the_default_beam_never_claims_more_than_the_exhaustive_optimum(seed):
     source = torch.tensor([[4, 6, EOS]])
     _, best_score = exhaustive_search(model, source, 0.6, max_length=4)
     found = beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=1)[0]
-    found_score = sequence_log_prob(model, source, found + [EOS]) / length_penalty(len(found) + 1, 0.6)
+    found_score = (sequence_log_prob(model, source, found + [EOS])
+                   / length_penalty(len(found) + 1, 0.6))
     assert found_score <= best_score + 1e-6  # nothing can beat the exhaustive optimum
 
 
@@ -125,7 +126,8 @@ def test_length_penalty_formula():
 
 @pytest.mark.parametrize("architecture", ["transformer", "rnn"])
 def test_sentences_leaving_the_batch_early_do_not_change_the_others(architecture):
-    """Done sentences are dropped from the batch step by step; every result equals decoding alone."""
+    """Done sentences are dropped from the batch step by step; every result equals decoding
+    alone."""
     model = peaky_model(3, architecture)
     generator = torch.Generator().manual_seed(5)
     sentences = [torch.randint(4, VOCAB, (int(length),), generator=generator).tolist() + [EOS]

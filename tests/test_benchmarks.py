@@ -16,25 +16,27 @@ def _run(script: str, *args: str) -> str:
 
 def test_prepare_speed_prints_every_stage():
     output = _run("prepare_speed.py", "--pairs", "3000", "--vocab-size", "800")
-    for stage in ("extract + normalise + clean", "sentencepiece BPE training", "encoding", "peak resident memory"):
+    for stage in ("extract + normalise + clean", "sentencepiece BPE training", "encoding",
+                  "peak resident memory"):
         assert stage in output
 
 
 def test_model_speed_compares_ours_with_the_peers():
-    output = _run("model_speed.py", "--size", "cpu", "--vocab", "500", "--steps", "1", "--repeats", "1",
-                  "--decode-sentences", "4", "--max-tokens", "256")
+    output = _run("model_speed.py", "--size", "cpu", "--vocab", "500", "--steps", "1", "--repeats",
+                  "1", "--decode-sentences", "4", "--max-tokens", "256")
     assert "| ours |" in output and "| peer: torch.nn.Transformer |" in output
     assert "recomputing the prefix" in output and "cached / recomputing" in output
 
 
 def test_trainer_speed_prints_cold_and_warm_headlines():
-    output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500", "--steps", "4",
-                  "--log-every", "2")
+    output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500",
+                  "--steps", "4", "--log-every", "2")
     assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
     assert "mean tokens per step" in output and "exact MFU n/a" in output
 
 
 def test_loss_memory_compares_the_unfused_and_chunked_losses():
-    output = _run("loss_memory.py", "--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats", "1")
+    output = _run("loss_memory.py", "--tokens", "64", "--vocab", "500", "--d-model", "16",
+                  "--repeats", "1")
     assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
     assert "N 64: chunked / unfused memory" in output

@@ -23,7 +23,7 @@ def bleu_by_hand(precisions: list[float], hypothesis_length: int, reference_leng
 def multi_bleu_brute_force(hypotheses: list[str], references: list[str]) -> float:
     """multi-bleu.perl's arithmetic, written out: clipped n-gram counts summed over the corpus."""
     correct, total, hypothesis_length, reference_length = [0] * 4, [0] * 4, 0, 0
-    for hypothesis, reference in zip(hypotheses, references):
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
         h, r = hypothesis.split(), reference.split()
         hypothesis_length, reference_length = hypothesis_length + len(h), reference_length + len(r)
         for n in range(1, 5):
@@ -33,7 +33,7 @@ def multi_bleu_brute_force(hypotheses: list[str], references: list[str]) -> floa
             correct[n - 1] += sum(min(count, r_ngrams[g]) for g, count in h_ngrams.items())
     if 0 in correct:
         return 0.0
-    precisions = [c / t for c, t in zip(correct, total)]
+    precisions = [c / t for c, t in zip(correct, total, strict=True)]
     return bleu_by_hand(precisions, hypothesis_length, reference_length)
 
 
@@ -147,7 +147,8 @@ def test_compound_split_can_be_turned_off_for_en_fr():
     hypothesis, reference = ["le navire porte-avions arrive"], ["le navire porte-parole arrive"]
     assert tokenized_bleu(hypothesis, reference, "fr", compound_split=False) == \
         multi_bleu_brute_force(hypothesis, reference) == 0.0
-    # With it: 6 tokens, 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3 (le navire porte ##AT##-##AT##).
+    # With it: 6 tokens, 1-grams 5/6, 2-grams 3/5, 3-grams 2/4, 4-grams 1/3 (le navire porte
+    # ##AT##-##AT##).
     assert tokenized_bleu(hypothesis, reference, "fr") == pytest.approx(
         bleu_by_hand([5 / 6, 3 / 5, 2 / 4, 1 / 3], 6, 6))
 

@@ -21,7 +21,8 @@ def test_shared_vocabulary_round_trips_and_reserves_the_special_ids(tmp_path):
     src, tgt = _write_corpus(tmp_path, pairs)
     model = train_sentencepiece(src, tgt, BpeConfig(vocab_size=300), tmp_path / "bpe" / "spm")
     processor = sentencepiece.SentencePieceProcessor(model_file=str(model))
-    assert (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()) == (PAD, UNK, BOS, EOS)
+    assert ((processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+            == (PAD, UNK, BOS, EOS))
     assert processor.vocab_size() == 300
     for source, target in pairs[:50]:  # one vocabulary for both languages
         assert processor.decode(processor.encode(source)) == source

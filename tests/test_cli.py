@@ -69,17 +69,18 @@ def test_a_usage_error_is_one_line(capsys):
 def test_expected_errors_become_one_line_and_bugs_do_not():
     assert expected_error_message(ConfigError("a.yaml: model.x:\n  unknown key")) == \
         "a.yaml: model.x: unknown key"
-    assert expected_error_message(FileNotFoundError(2, "No such file or directory", "data/x.src")) == \
-        "data/x.src: No such file or directory"
+    not_found = FileNotFoundError(2, "No such file or directory", "data/x.src")
+    assert expected_error_message(not_found) == "data/x.src: No such file or directory"
     assert expected_error_message(IsADirectoryError(21, "Is a directory", "run/final.pt")) == \
         "run/final.pt: Is a directory"
     # A checkpoint that cannot be loaded is a CheckpointError, raised where it is loaded.
-    assert expected_error_message(CheckpointError("run/final.pt: cannot use the checkpoint: RuntimeError: "
-                                                  "size mismatch for w")) == \
+    assert expected_error_message(CheckpointError("run/final.pt: cannot use the checkpoint: "
+                                                  "RuntimeError: size mismatch for w")) == \
         "run/final.pt: cannot use the checkpoint: RuntimeError: size mismatch for w"
     # Anything else is a bug: it keeps its traceback, whatever its message says.
     assert expected_error_message(RuntimeError("CUDA error: an illegal memory access")) is None
-    mismatch = RuntimeError("Error(s) in loading state_dict for Transformer:\n\tsize mismatch for w")
+    mismatch = RuntimeError("Error(s) in loading state_dict for Transformer:\n\t"
+                            "size mismatch for w")
     assert expected_error_message(mismatch) is None
     assert expected_error_message(EOFError("Ran out of input")) is None
     assert expected_error_message(pickle.UnpicklingError("Weights only load failed.")) is None

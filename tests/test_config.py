@@ -135,7 +135,8 @@ def test_wall_clock_checkpoints_are_not_held_to_the_step_grid(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["wmt14_en_de", "wmt14_en_fr", "tiny", "tiny_parsing", "wsj_parsing", "wsj_parsing_semi"])
+    "name",
+    ["wmt14_en_de", "wmt14_en_fr", "tiny", "tiny_parsing", "wsj_parsing", "wsj_parsing_semi"])
 def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
     experiment = load_experiment(ROOT / f"configs/{name}.yaml")
     for variant in experiment.variants:
@@ -143,7 +144,7 @@ def test_shipped_experiments_average_evenly_spaced_checkpoints(name):
         every, k = training.checkpoints.every_steps, training.average_last
         # Saved steps: the multiples of every_steps, and the final step (always saved).
         saved = sorted(set(range(every, training.steps + 1, every)) | {training.steps})
-        gaps = {b - a for a, b in zip(saved[-k:], saved[-k:][1:])}
+        gaps = {b - a for a, b in zip(saved[-k:], saved[-k:][1:], strict=False)}
         assert gaps == {every}, (name, variant, saved[-k:])
     if name == "wmt14_en_de":
         base = experiment.variant("base").training
@@ -157,7 +158,8 @@ def test_parsing_experiments_follow_section_6_3(name):
     assert experiment.task == "parsing"
     assert (variant.model.layers, variant.model.d_model) == (4, 1024)
     decoding = variant.decoding
-    assert (decoding.beam_size, decoding.length_penalty, decoding.max_length_offset) == (21, 0.3, 300)
+    assert ((decoding.beam_size, decoding.length_penalty, decoding.max_length_offset)
+            == (21, 0.3, 300))
     assert experiment.bpe.vocab_size == {"wsj_parsing": 16000, "wsj_parsing_semi": 32000}[name]
     sections = {split: [source.source_member for source in getattr(experiment.data, split)]
                 for split in ("dev", "test")}
@@ -184,8 +186,10 @@ def _parsing_experiment(tmp_path, **changes) -> Path:
     ({"task": "translation"},
      "data.train.0.format: a translation experiment reads text, sgm or tsv sources, got 'ptb'"),
     ({"tables.table2": {"base": "base"}}, "tables.table2: a parsing experiment has no Table 2"),
-    ({"variants.base.table3_row": "base"}, "variants.base.table3_row: a parsing experiment has no Table 3"),
-    ({"tables.table4": {"wsj_only": "nope"}}, "tables.table4.wsj_only names unknown variant 'nope'"),
+    ({"variants.base.table3_row": "base"},
+     "variants.base.table3_row: a parsing experiment has no Table 3"),
+    ({"tables.table4": {"wsj_only": "nope"}},
+     "tables.table4.wsj_only names unknown variant 'nope'"),
 ])
 def test_a_parsing_experiment_that_mixes_in_translation_is_refused(tmp_path, changes, message):
     path = _parsing_experiment(tmp_path, **changes)
@@ -216,7 +220,8 @@ def test_settings_an_rnn_cannot_honour_are_refused_naming_the_variant(tmp_path, 
 def test_the_shipped_rnn_variants_stay_out_of_table_3_and_fill_table_2():
     for name in ("tiny", "wmt14_en_de", "wmt14_en_fr"):
         experiment = load_experiment(ROOT / f"configs/{name}.yaml")
-        assert experiment.tables.table2["rnn"] == "rnn" and experiment.variants["rnn"].table3_row is None
+        assert experiment.tables.table2["rnn"] == "rnn"
+        assert experiment.variants["rnn"].table3_row is None
         assert experiment.variant("rnn").model.architecture == "rnn"
         assert experiment.variant("rnn").training.clip_norm == 5  # Luong et al. 2015
         assert experiment.variant("base").training.clip_norm is None  # the paper's Transformers
@@ -259,7 +264,8 @@ def test_variant_overrides_merge_into_nested_sections_key_by_key():
 
     base = {"training": {"checkpoints": {"every_steps": 50, "keep_last": 5}, "steps": 100}}
     merged = _deep_merge(base, {"training": {"checkpoints": {"keep_last": 7}}})
-    assert merged == {"training": {"checkpoints": {"every_steps": 50, "keep_last": 7}, "steps": 100}}
+    assert merged == {"training": {"checkpoints": {"every_steps": 50, "keep_last": 7},
+                                   "steps": 100}}
     assert base["training"]["checkpoints"]["keep_last"] == 5  # the base is left as it was
 
 
@@ -274,6 +280,7 @@ def test_another_seed_trains_other_weights_so_a_checkpoint_cannot_be_resumed_wit
     from reproduce.config import fingerprint
 
     variant = load_experiment(ROOT / "configs/tiny.yaml").variant("base")
-    reseeded = variant.model_copy(update={"training": variant.training.model_copy(update={"seed": 7})})
+    reseeded = variant.model_copy(
+        update={"training": variant.training.model_copy(update={"seed": 7})})
     assert trained_settings(variant)["training.seed"] == variant.training.seed
     assert fingerprint(trained_settings(reseeded)) != fingerprint(trained_settings(variant))

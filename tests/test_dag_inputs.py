@@ -66,7 +66,8 @@ def tree(tmp_path_factory) -> Path:
     experiment["tables"]["table2"] = {"base": "base"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
-    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline | {"experiments": ["configs/tiny.yaml"]}))
+    (workdir / "pipeline.yaml").write_text(
+        yaml.safe_dump(pipeline | {"experiments": ["configs/tiny.yaml"]}))
     summary = _snakemake(workdir, "--summary", "all").stdout.splitlines()
     rows = [line.split("\t") for line in summary[summary.index(next(
         line for line in summary if line.startswith("output_file"))) + 1:] if "\t" in line]

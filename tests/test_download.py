@@ -21,7 +21,8 @@ def archive(tmp_path):
 
 def _source(url, sha256=None):
     return Source(name="europarl_v7", url=url, sha256=sha256,
-                  source_member="training/europarl-v7.de-en.en", target_member="training/europarl-v7.de-en.de")
+                  source_member="training/europarl-v7.de-en.en",
+                  target_member="training/europarl-v7.de-en.de")
 
 
 def test_a_clean_download_is_verified_and_then_reused(archive, tmp_path):
@@ -37,7 +38,8 @@ def test_a_clean_download_is_verified_and_then_reused(archive, tmp_path):
 def test_an_interrupted_download_resumes_with_a_range_request(archive, tmp_path):
     path, digest = archive
     with serving(path.parent, truncate_first=True) as (url, server):
-        got = download_source(_source(f"{url}/{path.name}", digest), tmp_path / "d", backoff_seconds=0.01)
+        got = download_source(_source(f"{url}/{path.name}", digest), tmp_path / "d",
+                              backoff_seconds=0.01)
     assert got.read_bytes() == path.read_bytes()
     assert server.seen[0]["range"] is None
     assert server.seen[1]["range"] == f"bytes={path.stat().st_size // 2}-"
@@ -47,7 +49,8 @@ def test_an_interrupted_download_resumes_with_a_range_request(archive, tmp_path)
 def test_transient_server_errors_are_retried(archive, tmp_path):
     path, digest = archive
     with serving(path.parent, fail_first=2) as (url, server):
-        got = download_source(_source(f"{url}/{path.name}", digest), tmp_path / "d", backoff_seconds=0.01)
+        got = download_source(_source(f"{url}/{path.name}", digest), tmp_path / "d",
+                              backoff_seconds=0.01)
     assert got.read_bytes() == path.read_bytes() and len(server.seen) == 3
 
 
@@ -154,13 +157,16 @@ def test_sources_whose_urls_end_alike_never_share_a_download(tmp_path):
     first = write_tgz(tmp_path / "served/wmt13/dev.tgz", {"a": "first\n"})
     second = write_tgz(tmp_path / "served/wmt14/dev.tgz", {"a": "second\n"})
     with serving(tmp_path / "served") as (url, server):
-        got = [download_source(_source(f"{url}/{year}/dev.tgz", hashlib.sha256(archive.read_bytes()).hexdigest()),
+        got = [download_source(_source(f"{url}/{year}/dev.tgz",
+                                       hashlib.sha256(archive.read_bytes()).hexdigest()),
                                tmp_path / "d")
                for year, archive in (("wmt13", first), ("wmt14", second))]
-    assert got[0] != got[1] and got[0].name.startswith("dev.tgz.") and got[1].name.startswith("dev.tgz.")
+    assert (got[0] != got[1] and got[0].name.startswith("dev.tgz.")
+            and got[1].name.startswith("dev.tgz."))
     assert [g.read_bytes() for g in got] == [first.read_bytes(), second.read_bytes()]
     # The same URL with another declared checksum is another download too.
-    assert file_name(_source("https://x/dev.tgz", "0" * 64)) != file_name(_source("https://x/dev.tgz", "1" * 64))
+    assert (file_name(_source("https://x/dev.tgz", "0" * 64))
+            != file_name(_source("https://x/dev.tgz", "1" * 64)))
 
 
 def test_query_strings_reach_neither_file_names_nor_logs(archive, tmp_path, caplog):
@@ -191,4 +197,5 @@ def test_wmt14_sources_use_https():
     from tests.test_config import ROOT
     for name in ("wmt14_en_de", "wmt14_en_fr"):
         data = load_experiment(ROOT / f"configs/{name}.yaml").data
-        assert all(source.url.startswith("https://") for source in data.train + data.dev + data.test)
+        assert all(source.url.startswith("https://")
+                   for source in data.train + data.dev + data.test)

@@ -32,7 +32,7 @@ def _failure(source, folder, **options) -> str:
     return message
 
 
-def test_a_trickling_server_is_given_up_below_the_minimum_rate(archive, tmp_path):
+def test_a_trickling_server_is_given_up_below_the_minimum_rate(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
     path, digest = archive
     with serving(path.parent, trickle=0.05) as (url, server):
         source = _source(f"{url}/{path.name}", digest)
@@ -44,7 +44,7 @@ def test_a_trickling_server_is_given_up_below_the_minimum_rate(archive, tmp_path
     assert not (tmp_path / "d" / file_name(source)).exists()
 
 
-def test_a_server_that_falls_silent_is_given_up_after_one_window(archive, tmp_path):
+def test_a_server_that_falls_silent_is_given_up_after_one_window(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
     path, digest = archive
     with serving(path.parent, trickle=30) as (url, _):  # one byte, then 30 s of silence
         message = _failure(_source(f"{url}/{path.name}", digest), tmp_path / "d", attempts=1,
@@ -52,7 +52,7 @@ def test_a_server_that_falls_silent_is_given_up_after_one_window(archive, tmp_pa
     assert "slower than 100 bytes/s over 0.3 s" in message
 
 
-def test_a_download_past_its_deadline_stops_and_its_part_is_resumed_later(archive, tmp_path):
+def test_a_download_past_its_deadline_stops_and_its_part_is_resumed_later(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
     """A trickle fast enough for any minimum rate still ends at the deadline; the bytes received
     stay in the .part, never the downloaded file, and the next run resumes them."""
     path, digest = archive
@@ -72,7 +72,7 @@ def test_a_download_past_its_deadline_stops_and_its_part_is_resumed_later(archiv
     assert server.seen[-1]["range"] == f"bytes={kept}-"
 
 
-def test_the_download_limits_are_read_from_the_experiment_file(archive, tmp_path):
+def test_the_download_limits_are_read_from_the_experiment_file(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
     """``reproduce download`` as the download rule runs it: the deadline of the experiment's
     data.download stops it with one line, the URL named without its credentials."""
     path, digest = archive
@@ -103,7 +103,7 @@ def test_download_limits_are_no_part_of_what_a_training_depends_on():
 
 
 # -- credentials in the URL ----------------------------------------------------------------------
-def test_credentials_in_the_url_are_sent_as_basic_authentication(archive, tmp_path):
+def test_credentials_in_the_url_are_sent_as_basic_authentication(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
     path, digest = archive
     with serving(path.parent) as (url, server):
         source = _source(url.replace("http://", f"http://user:{SECRET}@") + f"/{path.name}", digest)
@@ -126,7 +126,7 @@ FAILURES = {  # serving() options, the served file's name, download_source optio
 
 
 @pytest.mark.parametrize("failure", FAILURES)
-def test_every_download_error_names_the_url_without_its_credentials(failure, archive, tmp_path,
+def test_every_download_error_names_the_url_without_its_credentials(failure, archive, tmp_path,  # noqa: F811 (archive: the imported fixture)
                                                                       caplog):
     server_options, name, options, expected = FAILURES[failure]
     options = dict(options)

@@ -82,7 +82,8 @@ def test_top_and_traces_are_deleted_as_the_readme_shows():
 def test_the_readme_sample_sentence():
     # README [4]/[5]: this sentence has length 8, 5 brackets, 6 words once punctuation is
     # deleted; scored against itself 5 brackets match.
-    gold = "(TOP (S (INTJ (RB No)) (, ,) (NP (PRP it)) (VP (VBD was) (RB n't) (NP (NNP Black) (NNP Monday))) (. .)))"
+    gold = ("(TOP (S (INTJ (RB No)) (, ,) (NP (PRP it)) (VP (VBD was) (RB n't) "
+            "(NP (NNP Black) (NNP Monday))) (. .)))")
     test = format_tree(mask_tags(clean_tree(_trees(gold)[0])))
     scores = _score(gold, test)
     assert (scores["matched"], scores["gold_brackets"], scores["test_brackets"]) == (5, 5, 5)
@@ -115,9 +116,11 @@ def test_corpus_scores_sum_brackets_over_sentences():
 
 
 def test_different_words_are_an_error_naming_the_sentence():
-    with pytest.raises(BracketScoreError, match=r"sentence 2: word 3 is 'saw' in the gold tree but 'sat'"):
+    with pytest.raises(BracketScoreError,
+                       match=r"sentence 2: word 3 is 'saw' in the gold tree but 'sat'"):
         bracket_scores(_trees(GOLD, GOLD), _trees(GOLD, GOLD.replace("saw", "sat")))
-    with pytest.raises(BracketScoreError, match=r"sentence 1: the gold tree has 6 words but the test tree has 4"):
+    with pytest.raises(BracketScoreError,
+                       match=r"sentence 1: the gold tree has 6 words but the test tree has 4"):
         _score(GOLD, "(S (NP (XX The) (XX dog)) (VP (XX saw) (XX a)))")
     with pytest.raises(BracketScoreError, match="2 gold trees but 1 test trees"):
         bracket_scores(_trees(GOLD, GOLD), _trees(GOLD))
@@ -132,7 +135,8 @@ def _write(path, lines):
 
 
 def test_score_parses_repairs_counts_and_writes_the_trees(tmp_path):
-    gold = [clean_tree(tree) for tree in _trees(GOLD, "( (S (NP-SBJ (PRP It)) (VP (VBZ runs)) (. .)) )")]
+    gold = [clean_tree(tree) for tree in _trees(GOLD,
+                                                "( (S (NP-SBJ (PRP It)) (VP (VBZ runs)) (. .)) )")]
     references = _write(tmp_path / "test.ref", [format_tree(tree) for tree in gold])
     sources = _write(tmp_path / "test.src", ["The dog saw a cat .", "It runs ."])
     hypotheses = _write(tmp_path / "test.out", [
@@ -153,7 +157,8 @@ def test_score_parses_line_counts_must_agree(tmp_path):
     references = _write(tmp_path / "test.ref", [GOLD, GOLD])
     sources = _write(tmp_path / "test.src", ["The dog saw a cat ."] * 2)
     hypotheses = _write(tmp_path / "test.out", ["(S XX )S"])
-    with pytest.raises(BracketScoreError, match=r"test\.out has 1 lines, .*test\.src has 2 .*test\.ref has 2 lines"):
+    with pytest.raises(BracketScoreError,
+                       match=r"test\.out has 1 lines, .*test\.src has 2 .*test\.ref has 2 lines"):
         score_parses(hypotheses, sources, references)
     two_per_line = _write(tmp_path / "two.ref", [GOLD + " " + GOLD, GOLD])
     with pytest.raises(BracketScoreError, match=r"two\.ref has 2 lines holding 3 trees"):
@@ -163,5 +168,6 @@ def test_score_parses_line_counts_must_agree(tmp_path):
 def test_score_parses_names_the_files_when_words_differ(tmp_path):
     references = _write(tmp_path / "test.ref", [GOLD])
     sources = _write(tmp_path / "test.src", ["The dog saw a bird ."])
-    with pytest.raises(BracketScoreError, match=r"test\.ref against .*test\.src: sentence 1: word 5"):
+    with pytest.raises(BracketScoreError,
+                       match=r"test\.ref against .*test\.src: sentence 1: word 5"):
         score_parses(_write(tmp_path / "test.out", [""]), sources, references)

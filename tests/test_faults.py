@@ -25,8 +25,8 @@ import torch
 
 from reproduce.config import load_experiment, trained_settings
 from reproduce.decoding.translate import load_model
-from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints, load_checkpoint,
-                                            save_checkpoint, set_aside, sidecar_path)
+from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints,
+                                            load_checkpoint, set_aside, sidecar_path)
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import SettingsMismatchError, Trainer
 from reproduce.training.variant_lock import VariantLock, VariantLockedError
@@ -69,13 +69,15 @@ def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) ->
     inline launcher (lock, stop signals, MLflow) with ``launch``."""
     train, dev = corpora
     if launch:
-        body = (f"from reproduce.config import load_experiment; from reproduce.training.launch import launch_training; "
-                f"launch_training(load_experiment({str(ROOT / 'configs/tiny.yaml')!r}), small_variant(steps={steps}), "
-                f"Path({str(train)!r}), Path({str(dev)!r}), Path({str(folder)!r}), Path({str(folder)!r}))")
+        body = ("from reproduce.config import load_experiment; from reproduce.training.launch "
+                "import launch_training; "
+                f"launch_training(load_experiment({str(ROOT / 'configs/tiny.yaml')!r}), "
+                f"small_variant(steps={steps}), Path({str(train)!r}), Path({str(dev)!r}), "
+                f"Path({str(folder)!r}), Path({str(folder)!r}))")
     else:
         body = (f"from reproduce.training.trainer import Trainer; "
-                f"Trainer(small_variant(steps={steps}), 't', Path({str(train)!r}), Path({str(dev)!r}), "
-                f"Path({str(folder)!r})).run()")
+                f"Trainer(small_variant(steps={steps}), 't', Path({str(train)!r}), "
+                f"Path({str(dev)!r}), Path({str(folder)!r})).run()")
     script = f"import torch; torch.set_num_threads(1); from pathlib import Path; " \
              f"from tests.training_fixtures import small_variant; {body}"
     return [PYTHON, "-c", script]
@@ -105,7 +107,8 @@ def _alive(pid: int) -> bool:
 
 
 # -- kill -9 -----------------------------------------------------------------------------------
-def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpora, straight, tmp_path):
+def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpora, straight,
+                                                                           tmp_path):
     """Three trainers killed at random moments (mid-step or mid-write), then a fourth finishes."""
     chooser = random.Random(14)
     steps = 90  # long enough that every kill lands inside training
@@ -115,7 +118,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
     for _ in range(3):
         before = _newest_step(folder)
         process = subprocess.Popen(_trainer_process(corpora, folder, steps), env=ENVIRONMENT)
-        _wait_for(lambda: _newest_step(folder) > before, "a new checkpoint")
+        _wait_for(lambda before=before: _newest_step(folder) > before, "a new checkpoint")
         time.sleep(chooser.uniform(0.0, 0.6))
         process.kill()
         process.wait()
@@ -126,7 +129,8 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
 
 
 def _newest_step(folder: Path) -> int:
-    return max((int(path.stem.removeprefix("step_")) for path in list_checkpoints(folder / "checkpoints")), default=0)
+    return max((int(path.stem.removeprefix("step_"))
+                for path in list_checkpoints(folder / "checkpoints")), default=0)
 
 
 # -- damaged newest checkpoint -----------------------------------------------------------------
@@ -151,7 +155,8 @@ def _drop_marker(path):
 
 
 @pytest.mark.parametrize("damage", [_truncate, _empty, _zero_64_kib_in_the_middle, _drop_marker])
-def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, straight, tmp_path, damage, caplog):
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, straight, tmp_path,
+                                                                     damage, caplog):
     folder = tmp_path / "run"
     Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=9)
     newest = list_checkpoints(folder / "checkpoints")[-1]
@@ -168,20 +173,24 @@ def test_a_folder_where_no_checkpoint_verifies_is_refused(corpora, tmp_path):
     folder = tmp_path / "run"
     Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=3)
     _empty(list_checkpoints(folder / "checkpoints")[0])
-    with pytest.raises(CheckpointError, match=r"none of its 1 checkpoints verifies; start over with .*--restart"):
+    with pytest.raises(CheckpointError,
+                       match=r"none of its 1 checkpoints verifies; start over with .*--restart"):
         Trainer(small_variant(steps=STEPS), "t", *corpora, folder)
 
 
 # -- stop signals, parents' death, a second trainer ---------------------------------------------
-def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly(corpora, straight, tmp_path):
+def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly(corpora, straight,
+                                                                                 tmp_path):
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     folder = tmp_path / "variant"
-    steps = 400  # the launcher logs to MLflow at every logged step: SIGTERM lands long before the end
-    process = subprocess.Popen(_trainer_process(corpora, folder, steps, launch=True), env=ENVIRONMENT,
-                               stderr=subprocess.PIPE, text=True)
+    # The launcher logs to MLflow at every logged step: SIGTERM lands long before the end.
+    steps = 400
+    process = subprocess.Popen(_trainer_process(corpora, folder, steps, launch=True),
+                               env=ENVIRONMENT, stderr=subprocess.PIPE, text=True)
     _wait_for(lambda: list_checkpoints(folder / "checkpoints"), "a first checkpoint")
-    with pytest.raises(VariantLockedError, match=rf"train.lock: another trainer is writing this variant "
-                                                 rf"\(.*\"pid\": {process.pid}"):
+    with pytest.raises(VariantLockedError,
+                       match=rf"train.lock: another trainer is writing this variant "
+                             rf"\(.*\"pid\": {process.pid}"):
         launch_training(experiment, small_variant(steps=steps), *corpora, folder, folder)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
@@ -192,7 +201,8 @@ def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly
     reference = tmp_path / "reference"
     Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, reference).run()
     settings = trained_settings(small_variant(steps=steps), experiment)
-    Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, folder, settings=settings).run()
+    Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, folder,
+            settings=settings).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
@@ -204,15 +214,17 @@ def test_the_pre_timeout_signal_saves_a_checkpoint_and_submitit_requeues(corpora
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     folder, steps = tmp_path / "variant", 60
     with ThreadPoolExecutor(1) as pool:
-        launched = pool.submit(launch_training, experiment, small_variant(steps=steps), *corpora, folder, folder,
-                               launcher="local", tasks=1)
-        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder), "a first checkpoint")
+        launched = pool.submit(launch_training, experiment, small_variant(steps=steps), *corpora,
+                               folder, folder, launcher="local", tasks=1)
+        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
+                  "a first checkpoint")
         os.kill(_holder_pid(folder), signal.SIGUSR2)
         summary = launched.result(timeout=300)
     assert summary["steps"] == steps
     log = "".join(path.read_text() for path in (folder / "submitit").glob("*_log.err"))
     stop = log[log.index("training stopped at step "):].split()[4]
-    assert "(received SIGUSR2); its checkpoint resumes it" in log and "Requeued job" in log, log[-3000:]
+    assert ("(received SIGUSR2); its checkpoint resumes it" in log
+            and "Requeued job" in log), log[-3000:]
     assert f"resumed from {folder / 'checkpoints'}/step_{int(stop):08d}.pt at step {stop}" in log
     reference = tmp_path / "reference"
     Trainer(small_variant(steps=steps), "t", *corpora, reference).run()
@@ -236,22 +248,26 @@ def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path, killed
     folder = tmp_path / "variant"
     trainer = shlex.join(_trainer_process(corpora, folder, 2000, launch=True))
     job = subprocess.Popen([PYTHON, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
-                            "bash", "-c", f"set -euo pipefail; {trainer} 2> {folder.parent / 'train.log'}"],
+                            "bash", "-c",
+                            f"set -euo pipefail; {trainer} 2> {folder.parent / 'train.log'}"],
                            env=ENVIRONMENT, start_new_session=True)
     try:
-        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder), "a first checkpoint")
+        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
+                  "a first checkpoint")
         pid = _holder_pid(folder)
         if killed == "snakemake":
             job.kill()
             job.wait()
         else:
-            os.kill(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
+            os.kill(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]),
+                    signal.SIGKILL)
         _wait_for(lambda: not _alive(pid), "the orphaned trainer to exit")
     finally:
         with contextlib.suppress(ProcessLookupError):  # whatever is left of the job
             os.killpg(job.pid, signal.SIGKILL)
     log = (folder.parent / "train.log").read_text()
-    assert re.search(r"training stopped at step (\d+) \(" + reason + "; its checkpoint resumes it", log), log[-2000:]
+    assert re.search(r"training stopped at step (\d+) \(" + reason
+                     + "; its checkpoint resumes it", log), log[-2000:]
     stopped = int(re.search(r"training stopped at step (\d+)", log).group(1))
     assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == stopped
     with VariantLock(folder):  # released: the next trainer may start at once
@@ -273,16 +289,20 @@ def _copy(folder: Path, into: Path) -> Path:
 
 
 @pytest.mark.parametrize("changes, named", [
-    ({"dropout": 0.2, "warmup_steps": 20}, r"model.dropout: 0.1 -> 0.2; training.warmup_steps: 10 -> 20"),
+    ({"dropout": 0.2, "warmup_steps": 20},
+     r"model.dropout: 0.1 -> 0.2; training.warmup_steps: 10 -> 20"),
     ({"tokens_per_step": 240}, r"training.tokens_per_step: 300 -> 240"),
     ({"precision": "fp16"}, r"training.precision: 'fp32' -> 'fp16'"),  # no two arithmetics in a run
     ({"clip_norm": 1.0}, r"training.clip_norm: '\(absent\)' -> 1.0"),
-    ({"steps": 6}, r"already at step 9, beyond training.steps = 6; only raising steps continues a run"),
+    ({"steps": 6},
+     r"already at step 9, beyond training.steps = 6; only raising steps continues a run"),
 ])
-def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps, tmp_path, changes, named):
+def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps, tmp_path, changes,
+                                                             named):
     folder = _copy(nine_steps, tmp_path / "run")
     variant = small_variant(**{"steps": 9} | changes)
-    with pytest.raises(SettingsMismatchError, match=named + r".*run `reproduce train` again with --restart"):
+    with pytest.raises(SettingsMismatchError,
+                       match=named + r".*run `reproduce train` again with --restart"):
         Trainer(variant, "t", *corpora, folder)
     if "steps" not in changes:  # decoding refuses a model of other settings too
         with pytest.raises(CheckpointError, match=r"final.pt: trained with other settings"):
@@ -292,7 +312,8 @@ def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps
     assert Trainer(variant, "t", *corpora, folder).step == 0
 
 
-def test_raising_steps_continues_the_run_to_the_uninterrupted_model(corpora, nine_steps, straight, tmp_path):
+def test_raising_steps_continues_the_run_to_the_uninterrupted_model(corpora, nine_steps, straight,
+                                                                    tmp_path):
     folder = _copy(nine_steps, tmp_path / "run")
     Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run()
     assert _model_digest(folder) == straight
@@ -313,13 +334,16 @@ def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
     folder.mkdir()
     evil = folder / "step_00000001.pt"
     torch.save({"model": {}, "payload": _WritesAFile(proof)}, evil)
-    sidecar_path(evil).write_text(hashlib.sha256(evil.read_bytes()).hexdigest() + "  step_00000001.pt\n")
-    result = subprocess.run([PYTHON, "-m", "reproduce", "average", "--checkpoint-dir", str(folder), "--last", "1",
-                             "--out", str(tmp_path / "averaged.pt")], env=ENVIRONMENT, capture_output=True, text=True)
+    digest = hashlib.sha256(evil.read_bytes()).hexdigest()
+    sidecar_path(evil).write_text(digest + "  step_00000001.pt\n")
+    result = subprocess.run([PYTHON, "-m", "reproduce", "average", "--checkpoint-dir", str(folder),
+                             "--last", "1", "--out", str(tmp_path / "averaged.pt")],
+                            env=ENVIRONMENT, capture_output=True, text=True)
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line == (f"reproduce average: error: {evil}: refused: it holds objects other than tensors and "
-                         f"plain values, which could run code when loaded"), result.stderr
+    assert last_line == (f"reproduce average: error: {evil}: refused: it holds objects other than "
+                         "tensors and plain values, which could run code when loaded"), \
+        result.stderr
     assert "Traceback" not in result.stderr
     assert not proof.exists() and not (tmp_path / "averaged.pt").exists()
 
@@ -335,11 +359,13 @@ def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_tmp(nine_steps, t
     """RLIMIT_FSIZE makes the write fail as a full disk does, halfway through the file."""
     out = tmp_path / "out" / "averaged.pt"
     out.parent.mkdir()
-    result = subprocess.run([PYTHON, "-m", "reproduce", "average", "--checkpoint-dir", str(nine_steps / "checkpoints"),
-                             "--last", "2", "--out", str(out)], env=ENVIRONMENT, capture_output=True, text=True,
+    result = subprocess.run([PYTHON, "-m", "reproduce", "average", "--checkpoint-dir",
+                             str(nine_steps / "checkpoints"), "--last", "2", "--out", str(out)],
+                            env=ENVIRONMENT, capture_output=True, text=True,
                             preexec_fn=_file_size_limit(20_000))
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1].startswith(f"reproduce average: error: {out}: cannot write ("), result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"reproduce average: error: {out}: "
+                                                             "cannot write ("), result.stderr
     assert "Traceback" not in result.stderr
     assert list(out.parent.iterdir()) == []
 
@@ -347,12 +373,15 @@ def test_a_full_disk_is_one_line_naming_the_path_and_leaves_no_tmp(nine_steps, t
 def test_an_unwritable_or_small_folder_is_refused_before_training(corpora, tmp_path, monkeypatch):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    with pytest.raises(CheckpointError, match=rf"^{blocker}/variant/checkpoints: not writable \(Not a directory\)$"):
+    with pytest.raises(CheckpointError,
+                       match=rf"^{blocker}/variant/checkpoints: not writable \(Not a directory\)$"):
         Trainer(small_variant(steps=3), "t", *corpora, blocker / "variant").run()
     trainer = Trainer(small_variant(steps=3), "t", *corpora, tmp_path / "variant")
     free = 5 * trainer.checkpoint_bytes()  # keep_last (5) + 2 are needed
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": free})())
-    with pytest.raises(CheckpointError, match=r"checkpoints: \d+ MiB free, but 7 checkpoints of about"):
+    with pytest.raises(CheckpointError,
+                       match=r"checkpoints: \d+ MiB free, but 7 checkpoints of about"):
         trainer.run()
     assert list((tmp_path / "variant/checkpoints").iterdir()) == []
-    check_room(tmp_path / "variant/checkpoints", trainer.checkpoint_bytes(), 5)  # room for 5: passes
+    # Room for 5: passes.
+    check_room(tmp_path / "variant/checkpoints", trainer.checkpoint_bytes(), 5)

@@ -33,7 +33,7 @@ def _causal_savings(config, target_length):
 def test_forward_flops_equal_the_torch_counter_on_the_real_model(lengths):
     model = Transformer(CONFIG, VOCAB)
     counted = sum(_counted(model, s, t) - _causal_savings(CONFIG, t) for s, t in lengths)
-    sources, targets = zip(*lengths)
+    sources, targets = zip(*lengths, strict=True)
     assert TransformerFlops(CONFIG, VOCAB).forward(list(sources), list(targets)) == counted
 
 
@@ -47,7 +47,8 @@ def test_training_is_three_forward_passes():
 def test_source_tokens_skip_the_decoder_and_the_output_projection():
     base = TransformerFlops(ModelConfig(), 37000)
     parameters = Transformer(ModelConfig(), 37000).num_parameters()
-    # base: cross-attention and the 37k-word output projection make a target token ~1.9x a source token
+    # base: cross-attention and the 37k-word output projection make a target token ~1.9x a source
+    # token
     assert 1.5 * base.per_source_token() < base.per_target_token() < 2 * base.per_source_token()
     # and 6 N (src + tgt) counts a balanced 25k+25k step's matrix work about twice (issue 10)
     exact = 3 * (base.per_source_token() + base.per_target_token()) * 25_000

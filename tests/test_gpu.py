@@ -39,7 +39,8 @@ def _assert_same_model(a, b, config, atol):
 
 
 def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
-    variant = small_variant(steps=12, dropout=0.1)  # dropout: the CUDA generator must be restored too
+    # dropout: the CUDA generator must be restored too
+    variant = small_variant(steps=12, dropout=0.1)
     straight = Trainer(variant, "t", *corpora, tmp_path / "straight")
     assert straight.device.type == "cuda"
     straight.run()
@@ -103,7 +104,8 @@ def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, 
 
 
 def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
-    eager, compiled = small_variant(steps=3, dropout=0.0), small_variant(steps=3, dropout=0.0, compile=True)
+    eager = small_variant(steps=3, dropout=0.0)
+    compiled = small_variant(steps=3, dropout=0.0, compile=True)
     Trainer(eager, "t", *corpora, tmp_path / "eager").run()
     Trainer(compiled, "t", *corpora, tmp_path / "compiled").run()
     _assert_same_model(_final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"],
@@ -126,7 +128,8 @@ def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     variant = small_variant(steps=6, dropout=0.0)
     launch_training(experiment, variant, *corpora, tmp_path / "one", tmp_path, launcher="inline")
-    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local", tasks=2)
+    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local",
+                    tasks=2)
     _assert_same_model(_final(tmp_path / "one")["model"], _final(tmp_path / "two")["model"],
                        variant.model, atol=1e-5)
     summary = json.loads((tmp_path / "two/train/summary.json").read_text())

@@ -42,9 +42,11 @@ WORDS = "the dog barks .".split()
 
 @pytest.mark.parametrize("sequence, expected, repairs", [
     # A token that is not XX, (LABEL or )LABEL is dropped.
-    ("(S (NP XX XX )NP junk (VP XX )VP ( XX )S", "(S (NP the dog) (VP barks) .)", {"unknown_token": 2}),
+    ("(S (NP XX XX )NP junk (VP XX )VP ( XX )S", "(S (NP the dog) (VP barks) .)",
+     {"unknown_token": 2}),
     # A closing token with nothing open is dropped.
-    ("(S (NP XX XX )NP (VP XX )VP XX )S )S", "(S (NP the dog) (VP barks) .)", {"unmatched_close": 1}),
+    ("(S (NP XX XX )NP (VP XX )VP XX )S )S", "(S (NP the dog) (VP barks) .)",
+     {"unmatched_close": 1}),
     # A closing label matching no open constituent closes the innermost, which keeps its label.
     ("(S (NP XX XX )VB (VP XX )VP XX )S", "(S (NP the dog) (VP barks) .)", {"label_mismatch": 1}),
     # A closing label of an enclosing constituent closes the ones inside it first.
@@ -55,7 +57,8 @@ WORDS = "the dog barks .".split()
     ("(S (NP XX XX )NP (ADVP )ADVP (VP XX )VP XX )S", "(S (NP the dog) (VP barks) .)",
      {"empty_constituent": 1}),
     # XX beyond the last word are dropped.
-    ("(S (NP XX XX )NP (VP XX XX XX )VP XX )S", "(S (NP the dog) (VP barks .))", {"extra_words": 2}),
+    ("(S (NP XX XX )NP (VP XX XX XX )VP XX )S", "(S (NP the dog) (VP barks .))",
+     {"extra_words": 2}),
     # Words the output never reached join the innermost constituent open where it stopped.
     ("(S (NP XX XX )NP (VP XX )VP )S", "(S (NP the dog) (VP barks) .)", {"missing_words": 1}),
     ("(S (NP XX )NP (VP", "(S (NP the) (VP dog barks .))",

@@ -64,7 +64,7 @@ def test_the_scored_trees_are_well_formed_over_the_test_words(pipeline):
     trees = read_trees((results / "base/scores/test.averaged.trees").read_text(), "trees")
     sentences = read_lines(results / "data/test.src")
     assert len(trees) == len(sentences)
-    for tree, sentence in zip(trees, sentences):
+    for tree, sentence in zip(trees, sentences, strict=True):
         assert leaves(tree) == sentence.split()
 
 

@@ -15,7 +15,7 @@ MRG = """( (S
     (. .) ))
 
 ( (S (NP-SBJ (PRP It) ) (VP (VBZ runs) ) (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' trailing spaces)
 
 
 def _leaf(tag, word):
@@ -44,7 +44,8 @@ def test_one_tree_per_line_files_round_trip_through_format_tree():
     ("(S (NP a))\n)\n", r"f\.mrg line 2: expected '\(' to start tree 2, got '\)'"),
     ("(S (NP a))\nstray (S (NP b))", r"f\.mrg line 2: expected '\(' to start tree 2, got 'stray'"),
     ("(S (NP a))\n\n(S (NP a b))", r"f\.mrg line 3 \(tree 2\): node 'NP' holds 2 word\(s\) 'a b'"),
-    ("(S (NP a) word)", r"f\.mrg line 1 \(tree 1\): node 'S' holds 1 word\(s\) 'word' and 1 subtree"),
+    ("(S (NP a) word)",
+     r"f\.mrg line 1 \(tree 1\): node 'S' holds 1 word\(s\) 'word' and 1 subtree"),
     ("(S (NP (DT a))\n  (VP ))", r"f\.mrg line 2 \(tree 1\): node 'VP' is empty"),
 ])
 def test_malformed_trees_are_errors_naming_the_file_tree_and_line(text, message):
@@ -58,7 +59,8 @@ def test_an_empty_text_holds_no_trees():
 
 @pytest.mark.parametrize("label, stripped", [
     ("NP-SBJ-1", "NP"), ("NP=2", "NP"), ("PP-LOC-CLR", "PP"), ("S-TPC-3", "S"), ("WHNP-1", "WHNP"),
-    ("ADVP", "ADVP"), ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("-RRB-", "-RRB-"), ("PRP$", "PRP$"),
+    ("ADVP", "ADVP"), ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("-RRB-", "-RRB-"),
+    ("PRP$", "PRP$"),
 ])
 def test_function_tags_and_co_indices_are_stripped(label, stripped):
     assert strip_function_tags(label) == stripped

@@ -18,8 +18,8 @@ def test_perplexity_is_exp_of_the_mean_token_loss(tmp_path):
     torch.manual_seed(0)
     config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.3)
     model = Transformer(config, VOCAB)
-    save_checkpoint({"model": model.state_dict(), "model_config": config.model_dump(), "vocab_size": VOCAB,
-                     "step": 1}, tmp_path / "model.pt")
+    save_checkpoint({"model": model.state_dict(), "model_config": config.model_dump(),
+                     "vocab_size": VOCAB, "step": 1}, tmp_path / "model.pt")
     model.eval()
     total, tokens = 0.0, 0
     for i in range(len(corpus)):  # one sentence at a time: no padding anywhere

@@ -37,7 +37,8 @@ def _source(fmt="text", **members):
 
 
 def _downloaded(folder, members, source=None):
-    """Write ``members`` as the download of ``source`` in ``folder`` (named as `download` names it)."""
+    """Write ``members`` as the download of ``source`` in ``folder`` (named as `download` names
+    it)."""
     write_tgz(folder / file_name(source or _source()), members)
     return folder
 
@@ -87,7 +88,8 @@ def test_sides_of_different_length_are_an_error_naming_the_source(tmp_path):
 
 
 def test_tsv_sources(tmp_path):
-    source = Source(name="europarl", url="file:x/europarl.tgz", format="tsv", source_member="corpus.tsv")
+    source = Source(name="europarl", url="file:x/europarl.tgz", format="tsv",
+                    source_member="corpus.tsv")
     _downloaded(tmp_path / "dl", {"corpus.tsv": "one two\teins zwei\nthree\tdrei\n"}, source)
     prepare_split([source], "test", tmp_path / "dl", tmp_path / "data", Cleaning())
     assert (tmp_path / "data/test.tgt").read_text() == "eins zwei\ndrei\n"
@@ -107,22 +109,29 @@ bpe: {vocab_size: 100}
 training: {steps: 1}
 variants: {base: {}}
 """)
-    with pytest.raises(ConfigError, match=r"experiment\.yaml: data\.train\.0\.format: Input should be 'text', 'sgm', 'tsv' or 'ptb'"):
+    with pytest.raises(ConfigError,
+                       match=r"experiment\.yaml: data\.train\.0\.format: Input should be 'text', "
+                             r"'sgm', 'tsv' or 'ptb'"):
         load_experiment(config)
 
 
 def test_an_empty_split_fails_naming_the_split_and_its_sources(tmp_path):
-    _downloaded(tmp_path / "dl", {"training/europarl-v7.de-en.en": "", "training/europarl-v7.de-en.de": ""})
-    with pytest.raises(TooFewPairsError, match=r"split train: 0 sentence pairs kept of 0 read from sources europarl"):
+    _downloaded(tmp_path / "dl",
+                {"training/europarl-v7.de-en.en": "", "training/europarl-v7.de-en.de": ""})
+    with pytest.raises(TooFewPairsError,
+                       match=r"split train: 0 sentence pairs kept of 0 read from sources europarl"):
         prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
     assert not list((tmp_path / "out").iterdir())  # no outputs, no .tmp, no report
 
 
 def test_a_split_below_the_minimum_fails_after_cleaning(downloads, tmp_path):
     # wmt_like_members keeps 2 of 5 training pairs (see the exact counts above).
-    with pytest.raises(TooFewPairsError, match=r"2 sentence pairs kept of 5 read.*data\.min_pairs = 3"):
-        prepare_split([_source()], "train", downloads, tmp_path / "out", Cleaning(max_length_ratio=1.5), min_pairs=3)
-    report = prepare_split([_source()], "train", downloads, tmp_path / "out", Cleaning(max_length_ratio=1.5), min_pairs=2)
+    with pytest.raises(TooFewPairsError,
+                       match=r"2 sentence pairs kept of 5 read.*data\.min_pairs = 3"):
+        prepare_split([_source()], "train", downloads, tmp_path / "out",
+                      Cleaning(max_length_ratio=1.5), min_pairs=3)
+    report = prepare_split([_source()], "train", downloads, tmp_path / "out",
+                           Cleaning(max_length_ratio=1.5), min_pairs=2)
     assert report["kept"] == 2
 
 
@@ -133,7 +142,9 @@ def test_undecodable_bytes_name_the_member_and_the_line(tmp_path):
         "training/europarl-v7.de-en.en": b"one\ntwo\n",
         "training/europarl-v7.de-en.de": b"eins\nzw\xe4i\n",  # Latin-1, not UTF-8
     })
-    with pytest.raises(UndecodableTextError, match=r"member training/europarl-v7\.de-en\.de line 2: not UTF-8 \(bytes e4\)"):
+    with pytest.raises(UndecodableTextError,
+                       match=r"member training/europarl-v7\.de-en\.de line 2: not UTF-8 \(bytes "
+                             r"e4\)"):
         prepare_split([_source()], "train", folder, tmp_path / "out", Cleaning())
 
 
@@ -171,7 +182,7 @@ MRG_22_01 = """( (S
     (. .) ))
 
 ( (S (NP-SBJ-1 (PRP It) ) (VP (VBD was) (VP (VBN seen) (NP (-NONE- *-1) ))) (. .) ))
-"""
+"""  # noqa: W291 (the .mrg files' trailing spaces)
 MRG_22_00 = "( (S (NP-SBJ (NNP Alice) ) (VP (VBD left) ) (. .) ))\n"
 
 
@@ -214,18 +225,24 @@ def test_ptb_sources_may_name_one_member_or_a_plain_tree_file(tmp_path):
 
 
 def test_a_ptb_glob_matching_no_member_is_an_error_naming_it(tmp_path):
-    downloads = _treebank_download(tmp_path, {"treebank_3/parsed/mrg/wsj/23/wsj_2300.mrg": MRG_22_00})
-    with pytest.raises(FileNotFoundError, match=r"no member matches 'treebank_3/parsed/mrg/wsj/22/\*\.mrg'.*wsj_2300\.mrg"):
+    downloads = _treebank_download(tmp_path,
+                                   {"treebank_3/parsed/mrg/wsj/23/wsj_2300.mrg": MRG_22_00})
+    with pytest.raises(FileNotFoundError,
+                       match=r"no member matches "
+                             r"'treebank_3/parsed/mrg/wsj/22/\*\.mrg'.*wsj_2300\.mrg"):
         prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
 
 
 def test_a_malformed_tree_names_the_member_tree_and_line(tmp_path):
     broken = MRG_22_01.replace("(NN mat) )))", "(NN mat) ))")  # the first tree never closes
     downloads = _treebank_download(tmp_path, {"treebank_3/parsed/mrg/wsj/22/wsj_2201.mrg": broken})
-    with pytest.raises(TreeError, match=r"member treebank_3/parsed/mrg/wsj/22/wsj_2201\.mrg tree 1 \(from line 1\): unbalanced"):
+    with pytest.raises(TreeError,
+                       match=r"member treebank_3/parsed/mrg/wsj/22/wsj_2201\.mrg tree 1 \(from "
+                             r"line 1\): unbalanced"):
         prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
 
 
 def test_a_ptb_source_takes_no_target_member():
-    with pytest.raises(ValueError, match="a ptb source holds both sides in source_member; drop target_member"):
+    with pytest.raises(ValueError,
+                       match="a ptb source holds both sides in source_member; drop target_member"):
         Source(name="wsj", url="file:x.tgz", format="ptb", source_member="a.mrg", target_member="b")

@@ -21,7 +21,8 @@ BATCH, LENGTH, WIDTH, VOCAB = 3, 7, 5, 13
 def _case(seed: int):
     """Random float64 states ``[3, 7, 5]``, weight ``[13, 5]`` and targets with padding (N = 14)."""
     generator = torch.Generator().manual_seed(seed)
-    states = torch.randn(BATCH, LENGTH, WIDTH, dtype=torch.float64, generator=generator, requires_grad=True)
+    states = torch.randn(BATCH, LENGTH, WIDTH, dtype=torch.float64, generator=generator,
+                         requires_grad=True)
     weight = torch.randn(VOCAB, WIDTH, dtype=torch.float64, generator=generator, requires_grad=True)
     targets = torch.randint(1, VOCAB, (BATCH, LENGTH), generator=generator)
     targets[0, 5:] = PAD
@@ -52,7 +53,8 @@ def test_the_smoothed_loss_of_one_row_by_hand():
     targets = torch.tensor([[2, PAD]])
     z = [5.0, 0.0, 2.0, -1.0]
     log_normaliser = np.log(sum(np.exp(z)))
-    by_hand = -(0.8 * (z[2] - log_normaliser) + 0.1 * (z[1] - log_normaliser) + 0.1 * (z[3] - log_normaliser))
+    by_hand = -(0.8 * (z[2] - log_normaliser) + 0.1 * (z[1] - log_normaliser)
+                + 0.1 * (z[3] - log_normaliser))
     loss, count = projected_label_smoothed_loss(states, weight, targets, 0.2, chunk_rows=1)
     assert count == 1 and abs(loss.item() - by_hand) < 1e-12
 
@@ -60,7 +62,8 @@ def test_the_smoothed_loss_of_one_row_by_hand():
 def test_gradcheck():
     states, weight, targets = _case(seed=0)
     assert torch.autograd.gradcheck(
-        lambda s, w: projected_label_smoothed_loss(s, w, targets, 0.1, chunk_rows=4)[0], (states, weight))
+        lambda s, w: projected_label_smoothed_loss(s, w, targets, 0.1, chunk_rows=4)[0],
+        (states, weight))
 
 
 def test_no_logits_are_kept_for_the_backward_pass():
@@ -110,7 +113,7 @@ def bf16_autocast_errors(device: str, batch: int, width: int, vocab: int) -> dic
         return loss.detach(), s.grad, w.grad
 
     def relative(a, b):  # loss, states' gradient, weight's gradient
-        return [float((x - y).norm() / y.norm()) for x, y in zip(a, b)]
+        return [float((x - y).norm() / y.norm()) for x, y in zip(a, b, strict=True)]
 
     fused = run(fused=True, autocast=True)
     return {"fp32": relative(fused, run(fused=False, autocast=False)),
@@ -153,12 +156,14 @@ def _unfused_step(trainer: Trainer, step: int) -> None:
 @pytest.mark.parametrize("architecture", ["transformer", "rnn"])
 def test_the_trainer_equals_steps_with_the_unfused_loss(corpora, tmp_path, architecture):
     variant = small_variant(steps=3, dropout=0.0)
-    variant = variant.model_copy(update={"model": variant.model.model_copy(update={"architecture": architecture})})
+    variant = variant.model_copy(
+        update={"model": variant.model.model_copy(update={"architecture": architecture})})
     fused = Trainer(variant, "t", *corpora, tmp_path / "fused")
     unfused = Trainer(variant, "t", *corpora, tmp_path / "unfused")  # same initial weights and data
     fused.run(stop_after_steps=1)
     _unfused_step(unfused, 1)
-    for (name, parameter), reference in zip(fused.model.named_parameters(), unfused.model.parameters()):
+    for (name, parameter), reference in zip(fused.model.named_parameters(),
+                                            unfused.model.parameters(), strict=True):
         assert torch.allclose(parameter.grad, reference.grad, rtol=1e-4, atol=1e-7), name
     fused.run()
     for step in (2, 3):

@@ -62,7 +62,8 @@ def test_a_sentence_gives_the_same_outputs_alone_and_inside_a_padded_batch(kind)
     alone = model(short_source, short_target)
     batch_source, batch_target = torch.full((3, 9), PAD), torch.full((3, 7), PAD)
     batch_source[1, :4], batch_target[1, :3] = short_source[0], short_target[0]
-    batch_source[[0, 2]], batch_target[[0, 2]] = random_tokens(2, 9, seed=5), random_tokens(2, 7, seed=6)
+    batch_source[[0, 2]] = random_tokens(2, 9, seed=5)
+    batch_target[[0, 2]] = random_tokens(2, 7, seed=6)
     in_batch = model(batch_source, batch_target)
     assert torch.allclose(alone[0], in_batch[1, :3], atol=1e-5)
     # Padding reaches neither the encoder's states (packed) nor the attention (masked).
@@ -163,7 +164,8 @@ def test_the_trainer_lowers_the_loss_and_saves_a_model_translate_loads(corpora, 
     trainer = Trainer(rnn_variant(40, 0.0, kind, warmup_steps=10), "t", train, dev, tmp_path)
     assert isinstance(trainer.model, RecurrentSeq2Seq) and isinstance(trainer.flops, RecurrentFlops)
     trainer.run()
-    rows = [json.loads(line) for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line)
+            for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
     losses = [row["train_loss"] for row in rows if "train_loss" in row]
     assert losses[-1] < losses[0] - 0.3
     summary = json.loads((tmp_path / "train/summary.json").read_text())

@@ -69,6 +69,8 @@ def test_ptb_references_are_the_cleaned_gold_trees_one_per_line(tmp_path):
         "(S (NP (DT The) (NN dog)) (VP (VBD was) (VP (VBN fed))) (. .))\n"
         "(S (NP (PRP It)) (VP (VBZ runs)) (. .))\n"
     )
-    with pytest.raises(ValueError, match=r"wsj23:wsj/23/\*\.mrg: read as gold trees, it gives 2 references.*read 3"):
+    with pytest.raises(ValueError,
+                       match=r"wsj23:wsj/23/\*\.mrg: read as gold trees, it gives 2 "
+                             r"references.*read 3"):
         write_references([source], tmp_path / "dl", tmp_path / "other.ref", expected_lines=3)
     assert not (tmp_path / "other.ref").exists()

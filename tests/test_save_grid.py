@@ -32,7 +32,8 @@ def _state(step):
 
 
 def test_off_grid_checkpoints_serve_resuming_only(tmp_path):
-    schedule = CheckpointSchedule(tmp_path, every_steps=3, every_minutes=0, keep_last=2, final_step=14)
+    schedule = CheckpointSchedule(tmp_path, every_steps=3, every_minutes=0, keep_last=2,
+                                  final_step=14)
     kept = {}
     for step in (3, 5, 6, 7, 8, 9, 12, 13, 14):
         schedule.save(_state(step), step)
@@ -65,8 +66,10 @@ def test_a_changed_or_missing_listed_checkpoint_is_refused_by_name(tmp_path):
     manifest = tmp_path / "train/checkpoints.json"
     write_manifest(manifest, schedule)
     assert average_manifest(manifest, 2, tmp_path / "a.pt")["averaged_steps"] == [6, 9]
-    save_checkpoint(_state(6) | {"model": {"w": torch.zeros(2)}}, tmp_path / "checkpoints/step_00000006.pt")
-    with pytest.raises(CheckpointError, match=r"step_00000006.pt: not the step 6 checkpoint that .*lists"):
+    save_checkpoint(_state(6) | {"model": {"w": torch.zeros(2)}},
+                    tmp_path / "checkpoints/step_00000006.pt")
+    with pytest.raises(CheckpointError,
+                       match=r"step_00000006.pt: not the step 6 checkpoint that .*lists"):
         average_manifest(manifest, 2, tmp_path / "a.pt")
     with pytest.raises(ValueError, match=r"lists 3 checkpoints, but average_last asks for 4"):
         average_manifest(manifest, 4, tmp_path / "a.pt")

@@ -65,7 +65,8 @@ def test_padding_positions_contribute_nothing():
     targets = torch.tensor([[3, 4, PAD, PAD], [5, 6, 7, 8]])
     changed = logits.clone()
     changed[0, 2:] = torch.randn(2, 9) * 10
-    assert torch.equal(label_smoothed_loss(logits, targets, 0.1)[0], label_smoothed_loss(changed, targets, 0.1)[0])
+    assert torch.equal(label_smoothed_loss(logits, targets, 0.1)[0],
+                       label_smoothed_loss(changed, targets, 0.1)[0])
 
 
 def test_nll_is_the_unsmoothed_cross_entropy():

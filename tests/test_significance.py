@@ -22,7 +22,8 @@ WORDS = "lo la lu un una zebu nivu ketie mimas dosaant kazaavant bobiat sevaa ro
 
 def _references(count: int = 300, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "." for _ in range(count)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "."
+            for _ in range(count)]
 
 
 def _spoil(sentence: str, rng: random.Random) -> str:
@@ -37,7 +38,8 @@ def systems() -> dict[str, list[str]]:
     references = _references()
     rng = random.Random(1)
     wrong = set(rng.sample(range(len(references)), len(references) // 2))
-    baseline = [_spoil(line, rng) if index in wrong else line for index, line in enumerate(references)]
+    baseline = [_spoil(line, rng) if index in wrong else line
+                for index, line in enumerate(references)]
     fixed = set(rng.sample(sorted(wrong), 15))
     better = [references[index] if index in fixed else line for index, line in enumerate(baseline)]
     return {"references": references, "baseline": baseline, "better": better,
@@ -146,7 +148,8 @@ def test_table3_shows_each_rows_difference_interval_and_significance(tested_resu
     assert pd.isna(table.loc["base", "ΔsacreBLEU vs base"])  # the base is not tested against itself
     assert table.loc["A_h1", "ΔsacreBLEU vs base"] == 0.0 and table.loc["A_h1", "p vs base"] == 1.0
     assert pd.isna(table.loc["A_h1", "p < 0.05"])  # not marked
-    assert table.loc["E_learned", "ΔsacreBLEU vs base"] > 0 and table.loc["E_learned", "p < 0.05"] == "*"
+    assert table.loc["E_learned", "ΔsacreBLEU vs base"] > 0
+    assert table.loc["E_learned", "p < 0.05"] == "*"
     assert pd.isna(table.loc["big", "ΔsacreBLEU vs base"])  # big has no dev translations yet
     markdown = (tmp_path / "tables/table3.md").read_text()
     e_row = next(line for line in markdown.splitlines() if line.startswith("| E "))
@@ -163,7 +166,8 @@ def systems_of(results: Path, variant: str) -> list[str]:
     return path.read_text().splitlines()
 
 
-def test_table2_tests_each_transformer_against_the_rnn_and_big_against_base(tested_results, tmp_path):
+def test_table2_tests_each_transformer_against_the_rnn_and_big_against_base(tested_results,
+                                                                            tmp_path):
     experiment = make_experiment(table2={"base": "base", "big": "big", "rnn": "rnn"},
                                  more_variants={"rnn": {"model": {"architecture": "rnn"}}})
     render_tables(experiment, tested_results, tmp_path / "tables")

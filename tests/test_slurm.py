@@ -60,7 +60,8 @@ def _snakemake(workdir: Path, *args: str, env: dict | None = None) -> subprocess
 def _tracking_server(folder: Path):
     """The project's server script with its defaults, as the README has users start it for
     Slurm: it serves on this node's name (what compute nodes use), not on 127.0.0.1."""
-    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(folder), MLFLOW_SERVER_PORT=str(free_port()),
+    environment = dict(os.environ, MLFLOW_SERVER_DIR=str(folder),
+                       MLFLOW_SERVER_PORT=str(free_port()),
                        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     environment.pop("MLFLOW_SERVER_HOST", None)
 
@@ -129,7 +130,8 @@ def test_the_readme_cluster_steps_train_with_the_profiles_request_and_log_to_the
         experiment = client.get_experiment_by_name("tiny")
         runs = client.search_runs([experiment.experiment_id], "tags.kind = 'variant'")
         assert [run.data.tags["mlflow.runName"] for run in runs] == ["base"]
-        assert runs[0].info.status == "FINISHED" and "test_averaged_sacrebleu" in runs[0].data.metrics
+        assert runs[0].info.status == "FINISHED"
+        assert "test_averaged_sacrebleu" in runs[0].data.metrics
     assert not (workdir / "results/mlflow.db").exists()
     summary = json.loads((workdir / "results/tiny/base/train/summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 40  # one rank per GPU
@@ -165,11 +167,13 @@ def _releasing_requeued_jobs():
 
     def release():
         while not stop.wait(1.0):
-            queue = subprocess.run(["squeue", "--noheader", "--format=%i %r"], capture_output=True, text=True)
+            queue = subprocess.run(["squeue", "--noheader", "--format=%i %r"], capture_output=True,
+                                   text=True)
             for line in queue.stdout.splitlines():
                 job, _, reason = line.partition(" ")
                 if reason.strip() == "BeginTime":
-                    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], capture_output=True)
+                    subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"],
+                                   capture_output=True)
 
     watcher = threading.Thread(target=release, daemon=True)
     watcher.start()
@@ -190,14 +194,17 @@ def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(t
     # from its last checkpoint each time.
     variant = small_variant(steps=4500, dropout=0.1, log_every_steps=500, eval_every_steps=1500)
     variant = variant.model_copy(update={
-        "training": variant.training.model_copy(update={"checkpoints": variant.training.checkpoints.model_copy(
-            update={"every_steps": 50, "keep_last": 3})}),
+        "training": variant.training.model_copy(update={
+            "checkpoints": variant.training.checkpoints.model_copy(
+                update={"every_steps": 50, "keep_last": 3})}),
     })
-    request = SlurmRequest(runtime=1, requeue_signal_seconds=15, cpus_per_task=1, slurm_partition="debug")
-    launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path, launcher="inline")
+    request = SlurmRequest(runtime=1, requeue_signal_seconds=15, cpus_per_task=1,
+                           slurm_partition="debug")
+    launch_training(experiment, variant, train, dev, tmp_path / "straight", tmp_path,
+                    launcher="inline")
     with _releasing_requeued_jobs():
-        launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path, launcher="slurm",
-                        slurm=request)
+        launch_training(experiment, variant, train, dev, tmp_path / "slurm", tmp_path,
+                        launcher="slurm", slurm=request)
     logs = "".join(path.read_text() for path in (tmp_path / "slurm/submitit").glob("*_log.*"))
     assert "Requeued job" in logs and "resumed from" in logs, logs[-3000:]
     straight = load_checkpoint(tmp_path / "straight/train/final.pt")["model"]

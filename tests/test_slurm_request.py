@@ -64,10 +64,11 @@ def test_a_bad_request_is_one_line_naming_the_resource(assignments, named):
 def test_train_refuses_ranks_that_do_not_divide_a_step_before_submitting(tmp_path):
     (tmp_path / "data").mkdir()
     result = subprocess.run(
-        [sys.executable, "-m", "reproduce", "train", "--experiment", str(ROOT / "configs/tiny.yaml"),
-         "--variant", "base", "--train-data", str(tmp_path / "data"), "--dev-data",
-         str(tmp_path / "data"), "--out-dir", str(tmp_path / "base"), "--results", str(tmp_path),
-         "--launcher", "slurm", "--slurm", "gpu=3"],
+        [sys.executable, "-m", "reproduce", "train", "--experiment",
+         str(ROOT / "configs/tiny.yaml"), "--variant", "base", "--train-data",
+         str(tmp_path / "data"), "--dev-data", str(tmp_path / "data"), "--out-dir",
+         str(tmp_path / "base"), "--results", str(tmp_path), "--launcher", "slurm", "--slurm",
+         "gpu=3"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "micro_batches_per_step (8) is not a multiple of the 3 ranks" in result.stderr

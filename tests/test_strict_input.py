@@ -82,7 +82,7 @@ def test_invalid_yaml_is_one_line_naming_the_file_and_the_line(tmp_path):
     with pytest.raises(ConfigError) as raised:
         load_experiment(_tiny_with(tmp_path, text))
     message = str(raised.value)
-    assert "\n" not in message and re.match(rf"\S*bad\.yaml line \d+ column \d+: not valid YAML",
+    assert "\n" not in message and re.match(r"\S*bad\.yaml line \d+ column \d+: not valid YAML",
                                             message), message
     assert int(re.search(r"line (\d+)", message)[1]) > line
 

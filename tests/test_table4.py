@@ -54,7 +54,8 @@ def test_our_row_takes_the_papers_transformer_row_of_its_setting(results):
     ours = table[table["status"] == "ours: base"]
     assert len(ours) == 1
     row = ours.iloc[0]
-    assert (row["parser"], row["training"]) == ("Transformer (4 layers)", "WSJ only, discriminative")
+    assert (row["parser"], row["training"]) == ("Transformer (4 layers)",
+                                                "WSJ only, discriminative")
     assert (row["F1 (test)"], row["paper F1"], row["F1 (dev)"]) == (89.25, 91.3, 88.0)
     assert row["F1 - paper"] == pytest.approx(89.25 - 91.3)
     assert (row["exact match (test)"], row["repaired sentences (test)"]) == (31.0, 7)

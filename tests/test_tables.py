@@ -64,7 +64,8 @@ def results(tmp_path) -> Path:
     base = tmp_path / "results" / "toy" / "base"
     write_json(base / "train/summary.json", {
         "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
-        "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2, "device": "NVIDIA H100",
+        "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2,
+        "device": "NVIDIA H100",
         "dev_curve": [{"step": 100, "dev_loss": 2.0, "dev_perplexity": 7.389},
                       {"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}]})
     write_json(base / "bleu.json", {"dataset": "toy", "variant": "base",
@@ -104,7 +105,8 @@ def test_table3_puts_our_numbers_beside_the_papers(results, tmp_path):
     assert table.loc["base", "positional"] == "sinusoidal"
 
 
-def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_scores(results, tmp_path):
+def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_scores(results,
+                                                                                     tmp_path):
     """Its summary records the settings it was trained with: after an edit of the experiment
     file, the tables show it stale (naming the edit) instead of the old model's numbers beside
     the new settings; with the settings it has now, the same files read as scored."""
@@ -118,7 +120,8 @@ def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_sc
     render_tables(experiment, results, tmp_path / "stale")
     base = pd.read_csv(tmp_path / "stale/table3.csv").set_index("variant").loc["base"]
     assert base["status"] == "stale: trained with other settings (model.dropout: 0.3 -> 0.1)"
-    assert pd.isna(base["BLEU (dev)"]) and pd.isna(base["PPL (dev)"]) and pd.isna(base["params x10^6"])
+    assert (pd.isna(base["BLEU (dev)"]) and pd.isna(base["PPL (dev)"])
+            and pd.isna(base["params x10^6"]))
     assert base["P_drop"] == 0.1  # the settings shown are the experiment file's
     table2 = pd.read_csv(tmp_path / "stale/table2.csv")
     ours = table2[table2["model"] == "Transformer (base model)"].iloc[0]
@@ -149,7 +152,7 @@ def test_table3_markdown_marks_missing_cells(results, tmp_path):
     assert lines[0] == "# Table 3 — toy: variations on the base model"
     assert lines[2].startswith("Measured: toy (en→de) dev split, last checkpoint")
     header = [cell.strip() for cell in lines[4].strip("|").split("|")]
-    rows = {cells[1]: dict(zip(header, cells)) for cells in
+    rows = {cells[1]: dict(zip(header, cells, strict=True)) for cells in
             ([cell.strip() for cell in line.strip("|").split("|")] for line in lines[6:10])}
     assert rows["base"]["BLEU (dev)"] == "21.50" and rows["base"]["paper BLEU"] == "25.80"
     assert rows["base"]["params x10^6"] == "2" and rows["base"]["P_drop"] == "0.1"
@@ -219,7 +222,8 @@ def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path)
         "parameters": 900_000, "source_tokens": 700, "target_tokens": 750, "gpu_hours": 1.5,
         "training_flops": 4_400_000_000, "world_size": 1, "device": "NVIDIA H100"})
     write_json(lstm / "bleu.json", {"dataset": "toy", "variant": "lstm",
-                                    "dev": scores(15.0, 14.0, 9.0), "test": scores(16.5, 15.5, 8.0)})
+                                    "dev": scores(15.0, 14.0, 9.0),
+                                    "test": scores(16.5, 15.5, 8.0)})
     render_tables(experiment, results, tmp_path / "tables")
     table = pd.read_csv(tmp_path / "tables/table2.csv")
     assert list(table["model"][:3]) == ["Transformer (base model)", "Transformer (big)",
@@ -228,10 +232,12 @@ def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path)
     assert rnn["status"] == "ours: lstm" and rnn["BLEU (tokenized)"] == 16.5
     assert rnn["GPU-hours"] == 1.5 and rnn["FLOPs (exact count)"] == 4_400_000_000
     assert rnn["FLOPs (GPU-hours x rate)"] == pytest.approx(1.5 * 3600 * 67e12)
-    assert pd.isna(rnn["paper BLEU"]) and pd.isna(rnn["BLEU - paper"]) and pd.isna(rnn["paper FLOPs"])
+    assert (pd.isna(rnn["paper BLEU"]) and pd.isna(rnn["BLEU - paper"])
+            and pd.isna(rnn["paper FLOPs"]))
     assert (table["status"] == "cited, not reproduced").sum() == 6  # the cited rows stay
     notes = (tmp_path / "tables/table2.md").read_text().split("Notes:")[1]
-    assert "(variant lstm): our recurrent baseline" in notes and "additive global attention" in notes
+    assert ("(variant lstm): our recurrent baseline" in notes
+            and "additive global attention" in notes)
 
 
 def test_each_table_is_also_an_html_page_with_the_same_cells(results, tmp_path):
@@ -296,8 +302,10 @@ def test_dev_curve_keeps_the_last_record_of_a_step_logged_again_after_a_resume(r
     metrics = results / "toy/E_learned/train/metrics.jsonl"  # a training: its live log is read
     again = '{"step": 100, "dev_loss": 1.9, "dev_perplexity": 6.7}\n'
     metrics.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n'
-                       '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n' + again + '{"step": 2')
-    curve = read_variant(results, make_experiment(), "E_learned").dev_curve  # half-written last line left out
+                       '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n' + again
+                       + '{"step": 2')
+    # The half-written last line is left out.
+    curve = read_variant(results, make_experiment(), "E_learned").dev_curve
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 6.7), (200, 6.05)]
 
 
@@ -313,7 +321,8 @@ def test_a_corrupt_results_file_is_named_in_the_error(results, tmp_path):
     with pytest.raises(ValueError, match=r"toy/base/bleu\.json: not valid JSON"):
         render_tables(make_experiment(), results, tmp_path / "tables")
     (results / "toy/base/bleu.json").unlink()
-    (results / "toy/E_learned/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')  # training
+    # training
+    (results / "toy/E_learned/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')
     with pytest.raises(ValueError, match=r"E_learned/train/metrics\.jsonl:1: not a JSON line"):
         render_tables(make_experiment(), results, tmp_path / "tables")
 

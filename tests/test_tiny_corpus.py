@@ -7,8 +7,8 @@ from pathlib import Path
 
 from reproduce.config import load_experiment
 from reproduce.data.tiny_corpus import (
-    _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon, generate_corpus,
-    write_tiny_corpus_archive,
+    _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon,
+    generate_corpus, write_tiny_corpus_archive,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,8 @@ def test_dev_and_test_sentences_never_occur_in_training():
 
 def test_the_verb_moves_to_the_end_and_agrees_with_the_subject_across_embedded_clauses():
     lexicon = build_lexicon(2017)
-    verb_forms = {stem + ending for stem in [*lexicon.verbs.values(), *lexicon.clause_verbs.values()]
+    verb_forms = {stem + ending for stem in [*lexicon.verbs.values(),
+                                             *lexicon.clause_verbs.values()]
                   for ending in ("at", "ant", "avat", "avant")}
     determiners = set(_TARGET_DETERMINERS.values())
     embedded = 0
@@ -77,6 +78,6 @@ def test_a_long_tail_of_rare_words_is_seen_only_a_few_times_in_training():
 def test_only_a_few_percent_of_training_pairs_are_noisy_and_dev_and_test_are_clean():
     noisy, clean = (generate_corpus(3000, 200, 200, seed=3, noise=noise) for noise in (True, False))
     assert noisy["dev"] == clean["dev"] and noisy["test"] == clean["test"]
-    changed = [(a, b) for a, b in zip(noisy["train"], clean["train"]) if a != b]
+    changed = [(a, b) for a, b in zip(noisy["train"], clean["train"], strict=True) if a != b]
     assert all(a[0] == b[0] for a, b in changed)  # the source side is kept, the target spoiled
     assert 0.02 * 3000 <= len(changed) <= 0.06 * 3000

@@ -44,7 +44,8 @@ def test_collate_gives_the_token_positions_of_its_padding(tmp_path):
 
 def _pairs(seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return [(torch.randint(4, VOCAB, (s,), generator=generator), torch.randint(4, VOCAB, (t,), generator=generator))
+    return [(torch.randint(4, VOCAB, (s,), generator=generator),
+             torch.randint(4, VOCAB, (t,), generator=generator))
             for s, t in LENGTHS]
 
 
@@ -71,7 +72,8 @@ def _loss_and_gradients(model, source, target_input, target_output):
 @pytest.mark.parametrize("architecture", ["transformer", "rnn"])
 def test_a_padded_batch_gives_the_summed_loss_and_gradients_of_its_sentences_alone(architecture):
     torch.manual_seed(0)
-    config = ModelConfig(architecture=architecture, layers=2, d_model=16, d_ff=24, heads=2, dropout=0.0)
+    config = ModelConfig(architecture=architecture, layers=2, d_model=16, d_ff=24, heads=2,
+                         dropout=0.0)
     model = build_model(config, VOCAB).double()
     pairs = _pairs()
     batch_loss, batch_gradients = _loss_and_gradients(model, *_padded(pairs))
@@ -79,7 +81,8 @@ def test_a_padded_batch_gives_the_summed_loss_and_gradients_of_its_sentences_alo
              for pair in pairs]
     assert torch.allclose(batch_loss, sum(loss for loss, _ in alone), rtol=1e-12, atol=0)
     for index, gradient in enumerate(batch_gradients):
-        assert torch.allclose(gradient, sum(grads[index] for _, grads in alone), rtol=1e-9, atol=1e-12)
+        assert torch.allclose(gradient, sum(grads[index] for _, grads in alone), rtol=1e-9,
+                              atol=1e-12)
 
 
 def test_padding_never_reaches_a_matrix_product():

@@ -37,7 +37,8 @@ def scoring(tmp_path) -> dict:
     config = ModelConfig(d_model=16, layers=1, d_ff=32, heads=2, d_k=8, d_v=8, max_positions=64)
     torch.manual_seed(0)
     checkpoint = tmp_path / "final.pt"
-    save_checkpoint({"model": Transformer(config, VOCAB).state_dict(), "model_config": config.model_dump(),
+    save_checkpoint({"model": Transformer(config, VOCAB).state_dict(),
+                     "model_config": config.model_dump(),
                      "vocab_size": VOCAB, "step": 1, "settings": _base_settings()}, checkpoint)
     write_encoded(tmp_path / "encoded", VOCAB, [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14])])
     (tmp_path / "hyp.txt").write_text("ein kleines Haus\nder Hund bellt\n")
@@ -83,9 +84,11 @@ def test_scores_do_not_depend_on_the_store(scoring, tmp_path, monkeypatch, caplo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://u:{SECRET}@127.0.0.1:{free_port()}")
     with caplog.at_level(logging.WARNING):
         assert _score(scoring, results, tmp_path / "unreachable.json") == logged
-    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    warnings = [record.getMessage() for record in caplog.records
+                if record.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert warnings[0].startswith("MLflow: the test averaged scores not logged (MLFLOW_TRACKING_URI=")
+    assert warnings[0].startswith("MLflow: the test averaged scores not logged "
+                                  "(MLFLOW_TRACKING_URI=")
     assert "\n" not in warnings[0] and SECRET not in warnings[0]
 
 
@@ -94,7 +97,8 @@ def test_tables_do_not_depend_on_the_store(tmp_path, monkeypatch, caplog):
         out = tmp_path / name
         main(["tables", "--experiment", str(ROOT / "configs/tiny.yaml"), "--results",
               str(tmp_path / "results"), "--out-dir", str(out)])
-        return {path.name: path.read_bytes() for path in out.iterdir() if path.suffix in (".md", ".csv")}
+        return {path.name: path.read_bytes() for path in out.iterdir()
+                if path.suffix in (".md", ".csv")}
 
     logged = render("logged")
     assert len(logged) == 4

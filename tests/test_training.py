@@ -39,7 +39,8 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
         b = load_checkpoint(tmp_path / "resumed/checkpoints" / name)["optimizer"]["state"]
         assert all(torch.equal(a[k]["exp_avg_sq"], b[k]["exp_avg_sq"]) for k in a)
     def curve(folder):  # throughput differs between runs; the rest must not
-        rows = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(line)
+                for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
         return [(row["step"], row.get("train_loss"), row.get("dev_loss")) for row in rows]
 
     assert curve(tmp_path / "resumed") == curve(tmp_path / "straight")  # no duplicated lines
@@ -48,12 +49,14 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
 def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     train, dev = corpora
     Trainer(small_variant(steps=40, dropout=0.0, warmup_steps=10), "t", train, dev, tmp_path).run()
-    rows = [json.loads(line) for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line)
+            for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
     losses = [row["train_loss"] for row in rows if "train_loss" in row]
     assert losses[-1] < losses[0] - 0.3
     summary = json.loads((tmp_path / "train/summary.json").read_text())
     assert summary["steps"] == 40
-    for side in ("source", "target"):  # steps land on tokens_per_step, here 8 micro-batches of ~37.5
+    # Steps land on tokens_per_step, here 8 micro-batches of ~37.5.
+    for side in ("source", "target"):
         assert summary[f"{side}_tokens"] == 40 * summary[f"mean_{side}_tokens_per_step"]
         assert abs(summary[f"mean_{side}_tokens_per_step"] - 300) / 300 < 0.05
     assert summary["training_flops"] > 0 and summary["mfu"] is None  # no peak rate for a CPU
@@ -67,7 +70,8 @@ def one_rank(corpora, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("one")
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    launch_training(experiment, small_variant(steps=6, dropout=0.0), *corpora, folder, folder, launcher="inline")
+    launch_training(experiment, small_variant(steps=6, dropout=0.0), *corpora, folder, folder,
+                    launcher="inline")
     return experiment, folder
 
 
@@ -78,7 +82,8 @@ def test_data_parallel_ranks_equal_one_rank_on_the_same_steps(corpora, one_rank,
     computes its share of every step's 8 micro-batches."""
     experiment, one_folder = one_rank
     variant = small_variant(steps=6, dropout=0.0)
-    launch_training(experiment, variant, *corpora, tmp_path / "many", tmp_path, launcher="local", tasks=ranks)
+    launch_training(experiment, variant, *corpora, tmp_path / "many", tmp_path, launcher="local",
+                    tasks=ranks)
     one, many = _final(one_folder), _final(tmp_path / "many")
     key_bias = _key_bias_masks(variant.model, one["model"])
     for name, tensor in one["model"].items():
@@ -104,8 +109,8 @@ def test_with_dropout_the_model_does_not_depend_on_the_ranks_nor_on_a_resume_ont
 
     def train(folder, ranks, stop_after_steps=None):
         launcher = "inline" if ranks == 1 else "local"
-        launch_training(experiment, variant, *corpora, folder, tmp_path, launcher=launcher, tasks=ranks,
-                        stop_after_steps=stop_after_steps)
+        launch_training(experiment, variant, *corpora, folder, tmp_path, launcher=launcher,
+                        tasks=ranks, stop_after_steps=stop_after_steps)
 
     train(tmp_path / "one", 1)
     train(tmp_path / "two", 2)
@@ -127,8 +132,10 @@ def test_ranks_that_cannot_share_a_step_are_refused_before_launch(corpora, tmp_p
     from tests.training_fixtures import ROOT
 
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    with pytest.raises(ValueError, match=r"micro_batches_per_step \(8\) is not a multiple of the 3 ranks"):
-        launch_training(experiment, small_variant(steps=2), *corpora, tmp_path, tmp_path, launcher="local", tasks=3)
+    with pytest.raises(ValueError,
+                       match=r"micro_batches_per_step \(8\) is not a multiple of the 3 ranks"):
+        launch_training(experiment, small_variant(steps=2), *corpora, tmp_path, tmp_path,
+                        launcher="local", tasks=3)
     assert not (tmp_path / "submitit").exists()
 
 
@@ -149,12 +156,14 @@ def _key_bias_masks(config, state):
 
 def _handmade(path, step, value):
     save_checkpoint({"model": {"w": torch.full((2, 2), value), "count": torch.tensor(3)},
-                     "model_config": {}, "vocab_size": 5, "step": step, "fingerprint": "same run"}, path)
+                     "model_config": {}, "vocab_size": 5, "step": step, "fingerprint": "same run"},
+                    path)
     return path
 
 
 def test_averaging_equals_the_hand_computed_mean(tmp_path):
-    paths = [_handmade(tmp_path / f"step_0000000{i}.pt", i, v) for i, v in ((1, 1.0), (2, 2.0), (4, 6.0))]
+    paths = [_handmade(tmp_path / f"step_0000000{i}.pt", i, v)
+             for i, v in ((1, 1.0), (2, 2.0), (4, 6.0))]
     averaged = average_checkpoints(paths)
     assert torch.equal(averaged["model"]["w"], torch.full((2, 2), 3.0))
     assert averaged["averaged_steps"] == [1, 2, 4]
@@ -171,15 +180,19 @@ def test_checkpoints_of_different_runs_are_not_averaged(tmp_path):
     first = _handmade(tmp_path / "step_00000001.pt", 1, 1.0)
     other = tmp_path / "step_00000002.pt"
     save_checkpoint({"model": {"w": torch.full((2, 2), 2.0), "count": torch.tensor(3)},
-                     "model_config": {}, "vocab_size": 5, "step": 2, "fingerprint": "another run"}, other)
-    with pytest.raises(ValueError, match=r"step_00000002.pt: trained with other settings \(fingerprint another run\)"):
+                     "model_config": {}, "vocab_size": 5, "step": 2, "fingerprint": "another run"},
+                    other)
+    with pytest.raises(ValueError,
+                       match=r"step_00000002.pt: trained with other settings \(fingerprint another "
+                             r"run\)"):
         average_checkpoints([first, other])
 
 
 @pytest.mark.slow
 def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     train, dev = corpora
-    eager, compiled = small_variant(steps=3, dropout=0.0), small_variant(steps=3, dropout=0.0, compile=True)
+    eager = small_variant(steps=3, dropout=0.0)
+    compiled = small_variant(steps=3, dropout=0.0, compile=True)
     Trainer(eager, "t", train, dev, tmp_path / "eager").run()
     Trainer(compiled, "t", train, dev, tmp_path / "compiled").run()
     a, b = _final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"]
@@ -193,7 +206,8 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
 def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(tmp_path):
     """A checkpoint records the sha256 of the sentencepiece model its train split was encoded
     with (the split's meta.json), so decoding and scoring can refuse other pieces of equal count."""
-    train, dev = random_corpus(tmp_path / "train", 60, seed=1), random_corpus(tmp_path / "dev", 6, seed=2)
+    train = random_corpus(tmp_path / "train", 60, seed=1)
+    dev = random_corpus(tmp_path / "dev", 6, seed=2)
     meta = json.loads((train / "meta.json").read_text())
     (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
     Trainer(small_variant(steps=6), "t", train, dev, tmp_path / "run").run()

@@ -42,7 +42,8 @@ def test_a_results_folder_with_a_space_and_a_semicolon_is_passed_quoted(tmp_path
     folder = tmp_path / results
     assert len((folder / "tiny/data/test.src").read_text().splitlines()) > 100
     assert (folder / "mlflow.db").exists()  # the onstart hook got the folder whole too
-    assert [log.name.split(".")[:2] for log in (folder / "logs/download").iterdir()] == [["tiny_corpus", "tgz"]]
+    assert ([log.name.split(".")[:2] for log in (folder / "logs/download").iterdir()]
+            == [["tiny_corpus", "tgz"]])
     assert (folder / "logs/tiny/prepare_test.log").exists()
     benchmark = (folder / "benchmarks/tiny/prepare_test.tsv").read_text().splitlines()
     assert benchmark[0].split("\t")[:2] == ["s", "h:m:s"] and len(benchmark) == 2

@@ -55,6 +55,8 @@ def small_variant(steps: int, dropout: float = 0.1, **training):
                                           "d_k": 8, "d_v": 8, "dropout": dropout})
     settings = {"steps": steps, "tokens_per_step": 300, "max_tokens_per_device": 120,
                 "warmup_steps": 10, "log_every_steps": 2, "eval_every_steps": 4,
-                "checkpoints": base.training.checkpoints.model_copy(update={"every_steps": 3, "keep_last": 5}),
+                "checkpoints": base.training.checkpoints.model_copy(
+                    update={"every_steps": 3, "keep_last": 5}),
                 "average_last": 2} | training
-    return base.model_copy(update={"model": model, "training": base.training.model_copy(update=settings)})
+    return base.model_copy(update={"model": model,
+                                   "training": base.training.model_copy(update=settings)})

@@ -80,7 +80,8 @@ def matching_members(archive: Path, pattern: str) -> list[str]:
 def _matches(name: str, pattern: str) -> bool:
     parts, pattern_parts = name.split("/"), pattern.split("/")
     return len(parts) == len(pattern_parts) and all(
-        fnmatch.fnmatchcase(part, pattern_part) for part, pattern_part in zip(parts, pattern_parts)
+        fnmatch.fnmatchcase(part, pattern_part)
+        for part, pattern_part in zip(parts, pattern_parts, strict=True)
     )
 
 
@@ -142,6 +143,7 @@ def write_reproducible_tgz(path: Path, members: dict[str, str]) -> Path:
             info.uname = info.gname = ""
             archive.addfile(info, io.BytesIO(data))
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+    with (path.open("wb") as raw,
+          gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed):
         packed.write(buffer.getvalue())
     return path

@@ -42,7 +42,8 @@ def load_sentencepiece(spm_model: Path) -> sentencepiece.SentencePieceProcessor:
         ) from None
 
 
-def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> Path:
+def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
+                        model_prefix: Path) -> Path:
     """Train on a shuffled sample of ``input_sentence_size`` sentences from both sides.
 
     ``hard_vocab_limit=False`` lets a small corpus (the tiny default) end with fewer pieces than

@@ -67,7 +67,8 @@ def display_url(url: str) -> str:
 
 def url_file_name(url: str) -> str:
     """The URL's last path component without query string: the name of a file in ``mirror_dir``."""
-    path = urllib.parse.urlsplit(url).path if not url.startswith("file:") else url.removeprefix("file:")
+    path = (urllib.parse.urlsplit(url).path if not url.startswith("file:")
+            else url.removeprefix("file:"))
     return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
@@ -92,7 +93,7 @@ def download_source(
     mirror_dir: Path | None = None,
     attempts: int = 5,
     backoff_seconds: float = 2.0,
-    limits: DownloadLimits = DownloadLimits(),
+    limits: DownloadLimits = DownloadLimits(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> Path:
     """Fetch ``source.url`` into ``download_dir`` (or take it from ``mirror_dir``) and verify it,
     within ``limits``."""
@@ -137,7 +138,8 @@ def download_source(
 
 
 def _local_path(url: str) -> Path:
-    path = Path(url.removeprefix("file://") if url.startswith("file://") else url.removeprefix("file:"))
+    path = Path(url.removeprefix("file://") if url.startswith("file://")
+                else url.removeprefix("file:"))
     if not path.is_file():
         raise DownloadError(f"{url}: no such file {path.resolve()}")
     return path
@@ -165,9 +167,11 @@ def _fetch_with_retries(url: str, partial: Path, attempts: int, backoff_seconds:
             if isinstance(error, urllib.error.HTTPError) and error.code < 500 and error.code != 429:
                 raise DownloadError(f"{shown}: HTTP {error.code} {error.reason}") from None
             if attempt == attempts:
-                raise DownloadError(f"{shown}: failed after {attempts} attempts: {reason}") from None
+                raise DownloadError(
+                    f"{shown}: failed after {attempts} attempts: {reason}") from None
             delay = min(backoff_seconds * 2 ** (attempt - 1), pace.remaining())
-            log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", shown, reason, delay, attempt, attempts)
+            log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", shown, reason, delay, attempt,
+                        attempts)
             time.sleep(delay)
     raise AssertionError("unreachable")
 
@@ -256,13 +260,15 @@ def _fetch(url: str, partial: Path, pace: _Pace) -> bool:
         if response.status != 206:
             offset = 0  # a whole body: first attempt, a changed file, or Range ignored
             _save_validator(response, validator_path)
-        with partial.open("ab" if offset else "wb") as stream, _progress(url, expected, offset) as bar:
+        with (partial.open("ab" if offset else "wb") as stream,
+              _progress(url, expected, offset) as bar):
             received = offset
             while chunk := _read(response, pace, received):
                 stream.write(chunk)
                 received += len(chunk)
                 bar.update(len(chunk))
-                if bar.disable and received // LOG_EVERY_BYTES != (received - len(chunk)) // LOG_EVERY_BYTES:
+                crossed = received // LOG_EVERY_BYTES != (received - len(chunk)) // LOG_EVERY_BYTES
+                if bar.disable and crossed:
                     log.info("%s: %d MiB", display_url(url), received >> 20)
                 pace.check(received)
     if expected is not None and received != expected:

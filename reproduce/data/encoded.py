@@ -39,17 +39,21 @@ class EncodedCorpusWriter:
         self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
 
     def write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
-        for side, sentences in zip(SIDES, (sources, targets)):
-            lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64, count=len(sentences))
-            flat = np.fromiter((i for ids in sentences for i in ids), dtype=self.dtype, count=int(lengths.sum()))
+        for side, sentences in zip(SIDES, (sources, targets), strict=True):
+            lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64,
+                                  count=len(sentences))
+            flat = np.fromiter((i for ids in sentences for i in ids), dtype=self.dtype,
+                               count=int(lengths.sum()))
             self.streams[side].write(flat.tobytes())
             self.lengths[side].append(lengths)
 
     def close(self) -> None:
         for side in SIDES:
             self.streams[side].close()
-            lengths = np.concatenate(self.lengths[side]) if self.lengths[side] else np.zeros(0, np.int64)
-            np.save(self.temporary / f"{side}_offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
+            lengths = (np.concatenate(self.lengths[side]) if self.lengths[side]
+                       else np.zeros(0, np.int64))
+            np.save(self.temporary / f"{side}_offsets.npy",
+                    np.concatenate([[0], np.cumsum(lengths)]))
         self.metadata["sentences"] = int(sum(len(chunk) for chunk in self.lengths["source"]))
         (self.temporary / "meta.json").write_text(json.dumps(self.metadata, indent=2) + "\n")
         shutil.rmtree(self.out_dir, ignore_errors=True)

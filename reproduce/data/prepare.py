@@ -74,7 +74,8 @@ def prepare_split(
                     source_text = _normalise(source_text, cleaning.unicode_normalization)
                     target_text = _normalise(target_text, cleaning.unicode_normalization)
                     counts["read"] += 1
-                    reason = _drop_reason(source_text, target_text, cleaning) if split == "train" else None
+                    reason = (_drop_reason(source_text, target_text, cleaning)
+                              if split == "train" else None)
                     if reason:
                         counts[f"dropped_{reason}"] += 1
                         continue
@@ -109,7 +110,8 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
 
 def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
     if not archive.exists():
-        raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, {display_url(source.url)})")
+        raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, "
+                                f"{display_url(source.url)})")
     if source.format == "ptb":
         for tree in read_source_trees(source, archive, scratch):
             yield " ".join(leaves(tree)), linearize(tree)
@@ -120,12 +122,13 @@ def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[
         return
     src = extract_member(archive, source.source_member, scratch / f"{source.name}.src")
     tgt = extract_member(archive, source.target_member, scratch / f"{source.name}.tgt")
-    src_label, tgt_label = _label(archive, source.source_member), _label(archive, source.target_member)
+    src_label = _label(archive, source.source_member)
+    tgt_label = _label(archive, source.target_member)
     if source.format == "sgm":
         src_lines, tgt_lines = read_sgm(src, src_label), read_sgm(tgt, tgt_label)
         if len(src_lines) != len(tgt_lines):
             raise _mismatch(source, len(src_lines), len(tgt_lines))
-        yield from zip(src_lines, tgt_lines)
+        yield from zip(src_lines, tgt_lines, strict=True)
         return
     src_in, tgt_in = iter_lines(src, src_label), iter_lines(tgt, tgt_label)
     count = 0
@@ -173,6 +176,7 @@ def _drop_reason(source_text: str, target_text: str, cleaning: Cleaning) -> str 
         return "empty"
     if max(source_tokens, target_tokens) > cleaning.max_tokens:
         return "too_long"
-    if max(source_tokens, target_tokens) / min(source_tokens, target_tokens) > cleaning.max_length_ratio:
+    ratio = max(source_tokens, target_tokens) / min(source_tokens, target_tokens)
+    if ratio > cleaning.max_length_ratio:
         return "length_ratio"
     return None

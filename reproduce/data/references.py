@@ -41,7 +41,8 @@ def _sacrebleu_clean(text: str) -> str:
 
 
 def reference_lines(path: Path, format: str) -> list[str]:
-    """The references in ``path`` (one member of a source, of ``format``) as sacreBLEU reads them."""
+    """The references in ``path`` (one member of a source, of ``format``) as sacreBLEU reads
+    them."""
     with path.open(encoding="utf-8", newline="\n") as stream:  # sacrebleu.utils.smart_open
         if format == "sgm":
             return [_sacrebleu_clean(_SEGMENT_LINE.sub(r"\1", line))

@@ -80,7 +80,8 @@ _TARGET_DETERMINERS = {  # (definite, gender, plural) -> target word
 }
 _ADJECTIVE_ENDINGS = {("m", False): "o", ("f", False): "a", ("n", False): "u",
                       ("m", True): "i", ("f", True): "e", ("n", True): "ia"}
-_VERB_ENDINGS = {(False, False): "at", (False, True): "ant", (True, False): "avat", (True, True): "avant"}
+_VERB_ENDINGS = {(False, False): "at", (False, True): "ant", (True, False): "avat",
+                 (True, True): "avant"}
 # Relative pronouns by (the head is the clause's subject, the head's gender).
 _RELATIVE_PRONOUNS = {(True, "m"): "ko", (True, "f"): "ka", (True, "n"): "ku",
                       (False, "m"): "kon", (False, "f"): "kan", (False, "n"): "kun"}
@@ -88,7 +89,8 @@ _COMPLEMENTIZER = "di"
 _SYLLABLES = "ba be bi bo bu ka ke ki ko ku da de di do du ma me mi mo mu na ne ni no nu " \
              "ra re ri ro ru sa se si so su ta te ti to tu va ve vi vo vu za ze zi zo zu".split()
 # English-looking syllables for the rare nouns' source side.
-_ONSETS = "b bl br c cl cr d dr f fl fr g gl gr h j l m n p pl pr s sc sh sl sn sp st t th tr v w".split()
+_ONSETS = ("b bl br c cl cr d dr f fl fr g gl gr h j l m n p pl pr s sc sh sl sn sp st t th tr v "
+           "w").split()
 _NUCLEI = "a e i o u ea oo ai".split()
 _CODAS = ["", "n", "m", "t", "d", "ck", "ll", "ng", "sk", "rt", "mp", "nd"]
 
@@ -157,7 +159,8 @@ def build_lexicon(seed: int) -> Lexicon:
         nouns[word] = (_pseudo_word(rng, used, rng.choice((2, 3))), rng.choice("mfn"))
     rare_adjectives = []
     for _ in range(RARE_ADJECTIVES):
-        word = _english_like_word(rng, source_words)[:-1] + rng.choice(("y", "ish", "ful", "ous", "ic"))
+        word = (_english_like_word(rng, source_words)[:-1]
+                + rng.choice(("y", "ish", "ful", "ous", "ic")))
         if word in source_words:
             continue
         source_words.add(word)
@@ -240,7 +243,8 @@ class _NounSlots:
             if slot == cue_slot:
                 noun = rng.choice(TOWN_CUES if town else NATURE_CUES)
             else:
-                noun = self._common_or_rare(rng, lexicon, cues if ambiguous_slot is not None else set())
+                noun = self._common_or_rare(rng, lexicon,
+                                            cues if ambiguous_slot is not None else set())
             self._nouns.append(_Noun(noun, *lexicon.nouns[noun]))
         self._next = iter(self._nouns)
 
@@ -373,7 +377,8 @@ def generate_corpus(
 def _sgm(pairs: list[tuple[str, str]], side: int, kind: str, language: str, set_id: str) -> str:
     lines = [f'<{kind} setid="{set_id}" srclang="src" trglang="tgt">']
     for document_start in range(0, len(pairs), 50):
-        lines.append(f'<doc sysid="ref" docid="doc{document_start // 50 + 1}" genre="news" origlang="{language}">')
+        lines.append(f'<doc sysid="ref" docid="doc{document_start // 50 + 1}" genre="news" '
+                     f'origlang="{language}">')
         for number, pair in enumerate(pairs[document_start : document_start + 50], start=1):
             lines.append(f'<seg id="{number}">{html.escape(pair[side])}</seg>')
         lines.append("</doc>")
@@ -389,13 +394,17 @@ def archive_members(splits: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
         "training/tiny.src-tgt.tgt": "".join(target + "\n" for _, target in train),
         "dev/newstest-tiny-src.src.sgm": _sgm(splits["dev"], 0, "srcset", "src", "newstest-tiny"),
         "dev/newstest-tiny-ref.tgt.sgm": _sgm(splits["dev"], 1, "refset", "src", "newstest-tiny"),
-        "test/newstest-tiny-src.src.sgm": _sgm(splits["test"], 0, "srcset", "src", "newstest-tiny-test"),
-        "test/newstest-tiny-ref.tgt.sgm": _sgm(splits["test"], 1, "refset", "src", "newstest-tiny-test"),
+        "test/newstest-tiny-src.src.sgm": _sgm(splits["test"], 0, "srcset", "src",
+                                               "newstest-tiny-test"),
+        "test/newstest-tiny-ref.tgt.sgm": _sgm(splits["test"], 1, "refset", "src",
+                                               "newstest-tiny-test"),
     }
 
 
 def write_tiny_corpus_archive(
-    path: Path, train_pairs: int = 20_000, dev_pairs: int = 300, test_pairs: int = 300, seed: int = 2017
+    path: Path, train_pairs: int = 20_000, dev_pairs: int = 300, test_pairs: int = 300,
+    seed: int = 2017
 ) -> Path:
     """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
-    return write_reproducible_tgz(path, archive_members(generate_corpus(train_pairs, dev_pairs, test_pairs, seed)))
+    corpus = generate_corpus(train_pairs, dev_pairs, test_pairs, seed)
+    return write_reproducible_tgz(path, archive_members(corpus))

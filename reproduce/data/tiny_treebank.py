@@ -91,7 +91,8 @@ class _Generator:
                                Tree("SBAR", (complementizer, self.clause(depth + 1)))))
         if kind == "copula":
             adjective = _leaf("JJ", self.pick(ADJECTIVES))
-            phrase = (_leaf("RB", self.pick(DEGREE_ADVERBS)), adjective) if self.chance(0.4) else (adjective,)
+            phrase = ((_leaf("RB", self.pick(DEGREE_ADVERBS)), adjective) if self.chance(0.4)
+                      else (adjective,))
             return Tree("VP", (_leaf("VBD", "were" if plural else "was"), Tree("ADJP-PRD", phrase)))
         if kind == "modal":
             verb = self.pick(TRANSITIVE_VERBS.values())
@@ -128,11 +129,13 @@ class _Generator:
     def noun_phrase(self, relative: bool = False, subject: bool = False) -> tuple[Tree, bool]:
         """A noun phrase and whether it is plural; ``relative`` allows a relative clause."""
         if self.chance(0.06):
-            (left, _), (right, _) = self.simple_noun_phrase(subject), self.simple_noun_phrase(subject)
+            left, _ = self.simple_noun_phrase(subject)
+            right, _ = self.simple_noun_phrase(subject)
             return Tree("NP", (left, _leaf("CC", "and"), right)), True
         phrase, plural = self.simple_noun_phrase(subject)
         if self.chance(0.12):
-            phrase = Tree("NP", (phrase, Tree("PP", (_leaf("IN", "of"), self.simple_noun_phrase()[0]))))
+            phrase = Tree("NP",
+                          (phrase, Tree("PP", (_leaf("IN", "of"), self.simple_noun_phrase()[0]))))
         elif relative and self.chance(0.2):
             phrase = Tree("NP", (phrase, self.relative_clause()))
         return phrase, plural
@@ -157,14 +160,16 @@ class _Generator:
             return Tree("NP", (_leaf("NNP", self.pick(PROPER_NOUNS)),)), False
         plural = self.chance(0.35)
         noun = self.pick(SINGULAR_NOUNS)
-        determiner = self.pick(["the", "some", "these"] if plural else ["the", "a", "this", "every"])
+        determiner = self.pick(["the", "some", "these"] if plural
+                               else ["the", "a", "this", "every"])
         premodifiers = []
         if self.chance(0.15):
             premodifiers.append(Tree("ADJP", (_leaf("RB", self.pick(DEGREE_ADVERBS)),
                                               _leaf("JJ", self.pick(ADJECTIVES)))))
         else:
             premodifiers += [_leaf("JJ", adjective)
-                             for adjective in self.rng.sample(ADJECTIVES, self.pick([0, 0, 0, 1, 1, 2]))]
+                             for adjective in self.rng.sample(ADJECTIVES,
+                                                              self.pick([0, 0, 0, 1, 1, 2]))]
         head = _leaf("NNS", _plural(noun)) if plural else _leaf("NN", noun)
         if determiner == "a" and leaves(Tree("NP", (*premodifiers, head)))[0][0] in "aeiou":
             determiner = "an"
@@ -197,7 +202,8 @@ def generate_tree(rng: random.Random) -> Tree:
             return tree
 
 
-def generate_treebank(train_trees: int, dev_trees: int, test_trees: int, seed: int) -> dict[str, list[Tree]]:
+def generate_treebank(train_trees: int, dev_trees: int, test_trees: int,
+                      seed: int) -> dict[str, list[Tree]]:
     """Distinct sentences for train, dev and test (no dev or test sentence occurs in train)."""
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -218,7 +224,8 @@ def generate_treebank(train_trees: int, dev_trees: int, test_trees: int, seed: i
 # The archive
 # --------------------------------------------------------------------------------------------
 def mrg_text(trees: list[Tree]) -> str:
-    """Trees as a Treebank-3 ``.mrg`` file: each over several indented lines, blank lines between."""
+    """Trees as a Treebank-3 ``.mrg`` file: each over several indented lines, blank lines
+    between."""
     return "".join(_mrg_lines(tree, 0) + "\n\n" for tree in trees)
 
 
@@ -227,7 +234,8 @@ def _mrg_lines(tree: Tree, indent: int) -> str:
         return f"({tree.label} {tree.children[0]})"
     if all(child.is_preterminal for child in tree.children):
         return f"({tree.label} {' '.join(_mrg_lines(child, 0) for child in tree.children)} )"
-    inner = ("\n" + " " * (indent + 2)).join(_mrg_lines(child, indent + 2) for child in tree.children)
+    inner = ("\n" + " " * (indent + 2)).join(_mrg_lines(child, indent + 2)
+                                             for child in tree.children)
     return f"({tree.label} {inner} )"
 
 
@@ -246,7 +254,9 @@ def archive_members(splits: dict[str, list[Tree]]) -> dict[str, str]:
 
 
 def write_tiny_treebank_archive(
-    path: Path, train_trees: int = 3000, dev_trees: int = 300, test_trees: int = 300, seed: int = 2017
+    path: Path, train_trees: int = 3000, dev_trees: int = 300, test_trees: int = 300,
+    seed: int = 2017
 ) -> Path:
     """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
-    return write_reproducible_tgz(path, archive_members(generate_treebank(train_trees, dev_trees, test_trees, seed)))
+    treebank = generate_treebank(train_trees, dev_trees, test_trees, seed)
+    return write_reproducible_tgz(path, archive_members(treebank))

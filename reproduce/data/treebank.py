@@ -22,7 +22,8 @@ from reproduce.parsing.trees import Tree, TreeError, clean_tree, read_trees
 
 def read_source_trees(source: Source, archive: Path, scratch: Path) -> Iterator[Tree]:
     """The cleaned trees of ``source`` (downloaded as ``archive``), file after file."""
-    members = [None] if source.source_member is None else matching_members(archive, source.source_member)
+    members = ([None] if source.source_member is None
+               else matching_members(archive, source.source_member))
     for index, member in enumerate(members):
         path = extract_member(archive, member, scratch / f"{source.name}.{index}.mrg")
         label = f"{archive} member {member}" if member is not None else str(archive)

@@ -34,7 +34,8 @@ def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _max_output_lengths(source: Tensor, max_length_offset: int, position_limit: int | None) -> Tensor:
+def _max_output_lengths(source: Tensor, max_length_offset: int,
+                        position_limit: int | None) -> Tensor:
     """Per sentence: real source tokens (its EOS included) + offset = most tokens incl. EOS, and
     no more than the decoder has positions for (its input is BOS and all but the last token)."""
     lengths = source.ne(PAD).sum(dim=1) + max_length_offset
@@ -116,7 +117,8 @@ class _Search:
 
         # Alive: the best K candidates that did not end (stable: rank order among them kept).
         keep = (eos.long() * top_scores.size(1) + rank).argsort(dim=1)[:, :beam]
-        self.alive_scores = top_scores.gather(1, keep).masked_fill(eos.gather(1, keep), NEGATIVE_INFINITY)
+        self.alive_scores = top_scores.gather(1, keep).masked_fill(eos.gather(1, keep),
+                                                                   NEGATIVE_INFINITY)
         self.alive_tokens = extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, step + 1))
         row_offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)
         self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1))
@@ -127,7 +129,8 @@ class _Search:
 
     def keep(self, rows: Tensor) -> None:
         """Go on with sentences ``rows`` only (the others are done)."""
-        beam_rows = (rows.unsqueeze(1) * self.beam + torch.arange(self.beam, device=rows.device)).reshape(-1)
+        beam_rows = (rows.unsqueeze(1) * self.beam
+                     + torch.arange(self.beam, device=rows.device)).reshape(-1)
         self.sentences = self.sentences[rows]
         self.encoded = self.encoded.select(beam_rows)
         self.cache.reorder(beam_rows)
@@ -146,13 +149,15 @@ def beam_search(
 ) -> list[list[int]]:
     """The best hypothesis of each sentence, as token ids without BOS and EOS."""
     model.eval()
-    search = _Search(model, source, beam_size, alpha, max_length_offset, model.config.position_limit)
+    search = _Search(model, source, beam_size, alpha, max_length_offset,
+                     model.config.position_limit)
     best: list[list[int]] = [[] for _ in range(source.size(0))]
     for step in range(1, int(search.max_lengths.max()) + 1):
         done = search.advance(model, step)
         if bool(done.any()):
             for sentence, tokens in zip(search.sentences[done].tolist(),
-                                        search.finished_tokens[done, 0, 1:].tolist()):  # drop BOS
+                                        search.finished_tokens[done, 0, 1:].tolist(),  # drop BOS
+                                        strict=True):
                 best[sentence] = [token for token in tokens if token not in (EOS, PAD)]
             if bool(done.all()):
                 break

@@ -54,7 +54,8 @@ class Vocabulary:
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
-               expected_settings: dict | None = None, vocabulary: Vocabulary | None = None) -> Seq2Seq:
+               expected_settings: dict | None = None,
+               vocabulary: Vocabulary | None = None) -> Seq2Seq:
     """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
     refused when ``expected_settings`` (:func:`reproduce.config.trained_settings`) differ from
     the settings it was trained with, or when ``vocabulary`` is not the one it was trained on."""
@@ -62,8 +63,9 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
     if expected_settings is not None and state.get("settings") != expected_settings:
         differences = "; ".join(differing_settings(state.get("settings") or {}, expected_settings))
         raise CheckpointError(
-            f"{checkpoint}: trained with other settings than the experiment now has ({differences}); "
-            f"retrain the variant (`reproduce train ... --restart`) before decoding or scoring it"
+            f"{checkpoint}: trained with other settings than the experiment now has "
+            f"({differences}); retrain the variant (`reproduce train ... --restart`) before "
+            "decoding or scoring it"
         )
     try:
         config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
@@ -133,7 +135,7 @@ def translate_sentences(
             alpha=decoding.length_penalty,
             max_length_offset=decoding.max_length_offset,
         )
-        for index, tokens in zip(batch, hypotheses):
+        for index, tokens in zip(batch, hypotheses, strict=True):
             translations[index] = processor.decode(tokens)
         progress.update(len(batch))
         if progress.disable and (number % 10 == 0 or number == len(batches)):

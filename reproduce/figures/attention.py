@@ -92,8 +92,9 @@ def plot_attention(checkpoint: Path, spm_model: Path, source_file: Path, target_
     processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for index, source_text, target_text in zip(sentences, sources, targets):
-        source_ids, target_ids = processor.encode(source_text) + [EOS], processor.encode(target_text)
+    for index, source_text, target_text in zip(sentences, sources, targets, strict=True):
+        source_ids = processor.encode(source_text) + [EOS]
+        target_ids = processor.encode(target_text)
         maps = attention_maps(model, torch.tensor([source_ids]), torch.tensor([[BOS] + target_ids]))
         source_labels = processor.id_to_piece(source_ids[:-1]) + ["</s>"]
         target_labels = ["<s>"] + processor.id_to_piece(target_ids)

@@ -1,7 +1,8 @@
 """Multi-head scaled dot-product attention (section 3.2, eq. 1 and the MultiHead formula).
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
-    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
 ``d_k`` and ``d_v`` are free (Table 3 rows A and B change them apart from d_model / h). The
 projections of all heads are fused into one matrix multiplication: Q, K and V together for
@@ -123,8 +124,10 @@ class SelfAttention(_HeadsAttention):
         query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
         q, k, v = self._heads(x, layout)
         if cache is None:
-            return self._attend(q, k, v, *self._whole_sequence_masks(layout, causal, q.size(2)), layout)
-        # Incremental decoding (no layout): the new positions attend to every cached one and to themselves.
+            return self._attend(q, k, v, *self._whole_sequence_masks(layout, causal, q.size(2)),
+                                layout)
+        # Incremental decoding (no layout): the new positions attend to every cached one and to
+        # themselves.
         previous = 0
         if "keys" in cache:
             previous = cache["keys"].size(2)

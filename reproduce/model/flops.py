@@ -62,7 +62,8 @@ class TransformerFlops(_LengthDependentFlops):
     vocab_size: int
 
     @property
-    def _attention_width(self) -> int:  # h (d_k + d_v): QK^T and the sum over V, per pair of positions
+    def _attention_width(self) -> int:
+        # h (d_k + d_v): QK^T and the sum over V, per pair of positions
         c = self.config
         return c.heads * (c.d_k + c.d_v)
 
@@ -75,7 +76,8 @@ class TransformerFlops(_LengthDependentFlops):
         return 2 * c.layers * (encoder_layer + cross_keys_values)
 
     def per_target_token(self) -> int:
-        """Decoder layers (without cross keys/values) and the output projection, per target token."""
+        """Decoder layers (without cross keys/values) and the output projection, per target
+        token."""
         c = self.config
         self_attention = c.d_model * c.heads * (2 * c.d_k + c.d_v) + c.heads * c.d_v * c.d_model
         cross_query_output = c.d_model * c.heads * c.d_k + c.heads * c.d_v * c.d_model

@@ -18,7 +18,8 @@ KINDS = ("encoder_self", "decoder_self", "cross")
 
 
 @torch.no_grad()
-def attention_maps(model: Transformer, source: Tensor, target_input: Tensor) -> dict[str, list[Tensor]]:
+def attention_maps(model: Transformer, source: Tensor,
+                   target_input: Tensor) -> dict[str, list[Tensor]]:
     """Per kind (encoder self-attention, decoder self-attention, encoder-decoder attention), one
     ``[B, h, queries, keys]`` tensor per layer, for ``source`` ``[B, S]`` and the decoder input
     ``target_input`` ``[B, T]`` (BOS then the target tokens, as in teacher forcing)."""
@@ -33,10 +34,12 @@ def attention_maps(model: Transformer, source: Tensor, target_input: Tensor) -> 
     memory = x
     y = model._embed(target_input, target_layout)
     for layer in model.decoder:
-        maps["decoder_self"].append(layer.self_attention.attention_weights(y, target_layout, causal=True))
-        after_self = layer.self_attention_residual(y, layer.self_attention(y, target_layout, causal=True))
-        maps["cross"].append(layer.cross_attention.attention_weights(after_self, target_layout, memory,
-                                                                     source_layout))
+        maps["decoder_self"].append(layer.self_attention.attention_weights(y, target_layout,
+                                                                           causal=True))
+        attended = layer.self_attention(y, target_layout, causal=True)
+        after_self = layer.self_attention_residual(y, attended)
+        maps["cross"].append(layer.cross_attention.attention_weights(after_self, target_layout,
+                                                                     memory, source_layout))
         y = layer(y, target_layout, memory, source_layout)
     model.train(was_training)
     return maps

@@ -112,7 +112,8 @@ class RecurrentSeq2Seq(EncoderDecoder):
                                       _directions_concatenated(cell))
 
     def decoder_states(
-        self, target_input: Tensor, encoded: RecurrentEncoderOutput, cache: DecoderCache | None = None
+        self, target_input: Tensor, encoded: RecurrentEncoderOutput,
+        cache: DecoderCache | None = None
     ) -> Tensor:
         """The attentional states h~_t ``[B, T, d_model]``, before the output projection."""
         if cache is not None and cache.layers:
@@ -125,7 +126,8 @@ class RecurrentSeq2Seq(EncoderDecoder):
             (hidden.transpose(0, 1).contiguous(), cell.transpose(0, 1).contiguous()),
         )  # outputs [B, T, d]; hidden, cell [layers, B, d]
         if cache is not None:
-            cache.layers = [{"lstm": {"hidden": hidden.transpose(0, 1), "cell": cell.transpose(0, 1)}}]
+            cache.layers = [{"lstm": {"hidden": hidden.transpose(0, 1),
+                                      "cell": cell.transpose(0, 1)}}]
             cache.length += target_input.size(1)
         context = self.attention(outputs, encoded.memory, encoded.keys, encoded.padding)
         return self.dropout(torch.tanh(self.combine(torch.cat([context, outputs], dim=-1))))

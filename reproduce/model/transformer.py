@@ -84,7 +84,7 @@ class Transformer(EncoderDecoder):
         if not cache.layers:
             cache.layers = [{} for _ in self.decoder]
         x = self._embed(target_input, offset=cache.length)
-        for layer, layer_cache in zip(self.decoder, cache.layers):
+        for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
             x = layer(x, None, encoded.tokens, encoded.layout, layer_cache)
         cache.length += target_input.size(1)
         return x

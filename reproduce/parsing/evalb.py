@@ -6,8 +6,8 @@ EVALB's README (sections [6] and [7]) documents what the parameter file does; he
 * ``DELETE_LABEL`` TOP, -NONE- and the punctuation tags , : `` '' . (one line each in
   COLLINS.prm): nodes with these labels are removed, and so, recursively, is every node left
   dominating nothing. A deleted POS tag removes its word, so spans are counted over the
-  remaining words (punctuation moves no bracket boundary). The unlabelled wrapper of ``.mrg`` files, which is tgrep's ``TOP``, is
-  deleted like ``TOP``.
+  remaining words (punctuation moves no bracket boundary). The unlabelled wrapper of ``.mrg``
+  files, which is tgrep's ``TOP``, is deleted like ``TOP``.
 * Function tags are removed from labels (``NP-SBJ`` and ``NP=2`` count as ``NP``).
 * ``EQ_LABEL ADVP PRT``: the two labels count as the same.
 * ``LABELED 1``: a bracket is a (label, start, end) triple; preterminals (POS tags) are not
@@ -55,11 +55,13 @@ def bracket_scores(gold: list[Tree], test: list[Tree]) -> dict:
         raise BracketScoreError(f"{len(gold)} gold trees but {len(test)} test trees; expected "
                                 "one test tree per gold tree")
     matched = gold_total = test_total = exact = 0
-    for number, (gold_tree, test_tree) in enumerate(zip(gold, test), start=1):
+    for number, (gold_tree, test_tree) in enumerate(zip(gold, test, strict=True), start=1):
         gold_brackets, test_brackets = sentence_brackets(gold_tree, test_tree, number)
         hits = sum((gold_brackets & test_brackets).values())
         gold_count, test_count = sum(gold_brackets.values()), sum(test_brackets.values())
-        matched, gold_total, test_total = matched + hits, gold_total + gold_count, test_total + test_count
+        matched += hits
+        gold_total += gold_count
+        test_total += test_count
         exact += hits == gold_count == test_count
     precision = 100 * matched / test_total if test_total else 0.0
     recall = 100 * matched / gold_total if gold_total else 0.0
@@ -94,8 +96,9 @@ def _scored_words(tree: Tree) -> list[str]:
 def _first_difference(gold: list[str], test: list[str]) -> str:
     if len(gold) != len(test):
         return f"the gold tree has {len(gold)} words but the test tree has {len(test)}"
-    position = next(index for index, (a, b) in enumerate(zip(gold, test)) if a != b)
-    return f"word {position + 1} is {gold[position]!r} in the gold tree but {test[position]!r} in the test tree"
+    position = next(index for index, (a, b) in enumerate(zip(gold, test, strict=True)) if a != b)
+    return (f"word {position + 1} is {gold[position]!r} in the gold tree but {test[position]!r} "
+            "in the test tree")
 
 
 def _brackets(tree: Tree, kept: list[bool]) -> Counter[Bracket]:
@@ -117,7 +120,8 @@ def _collect(tree: Tree, positions, brackets: Counter[Bracket]) -> list[int]:
             return []
         position = next(positions)
         return [] if position is None else [position]
-    covered = [position for child in tree.children for position in _collect(child, positions, brackets)]
+    covered = [position for child in tree.children
+               for position in _collect(child, positions, brackets)]
     label = strip_function_tags(tree.label)
     if covered and label not in DELETED_LABELS:
         brackets[EQUIVALENT_LABELS.get(label, label), covered[0], covered[-1] + 1] += 1

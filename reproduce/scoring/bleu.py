@@ -7,8 +7,9 @@ against the normalised copy the model is trained and evaluated on.
   signature: the number comparable across papers.
 * **The paper's tokenized BLEU**, as tensor2tensor's ``get_ende_bleu.sh`` computed it:
 
-  1. ``replace-unicode-punctuation.perl`` (sacremoses' ``MosesPunctNormalizer.replace_unicode_punct``,
-     the same table of full-width and typographic punctuation: ``“ ” → "``, ``’ → '``,
+  1. ``replace-unicode-punctuation.perl`` (sacremoses'
+     ``MosesPunctNormalizer.replace_unicode_punct``, the same table of full-width and typographic
+     punctuation: ``“ ” → "``, ``’ → '``,
      ``… → ...``, ``， → ,`` ...; German ``„`` is not in it and stays);
   2. ``tokenizer.perl -l <lang>`` (here sacremoses, Moses' own port, with the script's defaults:
      HTML-escaping on, no aggressive hyphen splitting);

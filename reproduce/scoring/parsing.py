@@ -31,12 +31,15 @@ def score_parses(hypotheses: Path, sources: Path, references: Path,
             "one hypothesis and one gold tree (on its own line) per source sentence"
         )
     if not gold:
-        raise BracketScoreError(f"{hypotheses}, {sources} and {references} are empty: nothing to score")
+        raise BracketScoreError(f"{hypotheses}, {sources} and {references} are empty: nothing to "
+                                "score")
     parses, repairs, repaired = [], Counter(), 0
-    for number, (line, source) in enumerate(zip(hypothesis_lines, source_lines), start=1):
+    for number, (line, source) in enumerate(zip(hypothesis_lines, source_lines, strict=True),
+                                            start=1):
         words = source.split()
         if not words:
-            raise BracketScoreError(f"{sources} line {number}: empty; expected the sentence's words")
+            raise BracketScoreError(f"{sources} line {number}: empty; expected the sentence's "
+                                    "words")
         tree, counts = delinearize(line, words)
         parses.append(tree)
         repairs += counts

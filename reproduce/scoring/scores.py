@@ -54,7 +54,8 @@ def score_split(experiment: Experiment, variant: str, split: str, checkpoint_nam
     scores = {"split": split, "checkpoint": checkpoint_name}
     scores |= task_scores(experiment, translations, reference, source, trees)
     scores |= checkpoint_perplexity(
-        checkpoint, encoded, expected_settings=trained_settings(experiment.variant(variant), experiment))
+        checkpoint, encoded,
+        expected_settings=trained_settings(experiment.variant(variant), experiment))
     write_json(out, scores)
     log.info("%s", json.dumps(scores))
 

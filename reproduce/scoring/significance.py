@@ -80,7 +80,7 @@ def _sentence_statistics(metric: BLEU, hypotheses: Sequence[str],
     effective order, which counts alike and does not warn that it is sentence-level."""
     counter = BLEU(effective_order=True)  # the default 13a tokenization, as `metric`
     rows = []
-    for hypothesis, reference in zip(hypotheses, references):
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
         score = counter.sentence_score(hypothesis, [reference])
         rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
     return np.array(rows, dtype=np.int64).reshape(len(rows), 2 + 2 * metric.max_ngram_order)
@@ -105,7 +105,7 @@ def _resampled_differences(system: Sequence[str], baseline: Sequence[str],
     system_stats = _sentence_statistics(metric, system, references)[indices].sum(axis=1)
     baseline_stats = _sentence_statistics(metric, baseline, references)[indices].sum(axis=1)
     return np.array([_corpus_bleu(metric, ours) - _corpus_bleu(metric, theirs)
-                     for ours, theirs in zip(system_stats, baseline_stats)])
+                     for ours, theirs in zip(system_stats, baseline_stats, strict=True)])
 
 
 def _percentile_interval(samples: np.ndarray) -> tuple[float, float]:

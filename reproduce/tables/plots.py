@@ -72,7 +72,8 @@ def table1_figure(measured: pd.DataFrame, machine: str) -> Figure:
         if not (rows["FLOPs formula"] == rows["FLOPs counted"]).all():  # the band-only count
             flops_axes.plot(rows["n"], rows["FLOPs formula"], linestyle="--",
                             label=f"{layer}, band only (formula)")
-    for axes, label in ((flops_axes, "FLOPs per layer (counted)"), (time_axes, "wall ms per layer")):
+    for axes, label in ((flops_axes, "FLOPs per layer (counted)"),
+                        (time_axes, "wall ms per layer")):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.set_xlabel("sequence length n")

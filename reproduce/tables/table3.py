@@ -34,7 +34,8 @@ def _against_base(comparison) -> dict:
 def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
     """One row per variant with a ``table3_row`` label, in the experiment file's order."""
     paper = paper_table3()
-    tested = {pair.system: compare(experiment, results_dir, pair) for pair in table3_pairs(experiment)}
+    tested = {pair.system: compare(experiment, results_dir, pair)
+              for pair in table3_pairs(experiment)}
     rows = []
     for name, spec in experiment.variants.items():
         if spec.table3_row is None:

@@ -40,7 +40,8 @@ class Batch:
 
     def to(self, device: torch.device) -> "Batch":
         return Batch(*(tensor.to(device, non_blocking=True) for tensor in (
-            self.source, self.target_input, self.target_output, self.source_index, self.target_index)))
+            self.source, self.target_input, self.target_output, self.source_index,
+            self.target_index)))
 
     def target_tokens(self) -> torch.Tensor:
         """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
@@ -52,8 +53,10 @@ def round_up(width: int | np.ndarray, multiple: int):
 
 
 def _usable_pairs(source_sizes: np.ndarray, target_sizes: np.ndarray, longest: int) -> np.ndarray:
-    """Indices of non-empty pairs within ``longest`` positions per side, by (target, source) size."""
-    usable = (source_sizes <= longest) & (target_sizes <= longest) & (source_sizes > 1) & (target_sizes > 1)
+    """Indices of non-empty pairs within ``longest`` positions per side, by (target, source)
+    size."""
+    usable = ((source_sizes <= longest) & (target_sizes <= longest)
+              & (source_sizes > 1) & (target_sizes > 1))
     dropped = int((~usable).sum())
     if dropped:
         log.info("skipping %d pairs longer than %d positions or empty", dropped, longest)
@@ -101,7 +104,8 @@ def pack_micro_batches(
     for position, index in enumerate(indices):
         s, t = int(source_sizes[index]), int(target_sizes[index])
         count = position - start + 1
-        widest = max(round_up(max(longest_source, s), multiple), round_up(max(longest_target, t), multiple))
+        widest = max(round_up(max(longest_source, s), multiple),
+                     round_up(max(longest_target, t), multiple))
         fits = (2 * source_total + s <= 2 * budget and 2 * target_total + t <= 2 * budget
                 and widest * count <= max_padded)
         if count > 1 and not fits:
@@ -134,7 +138,8 @@ def device_passes(
     for position, pair in enumerate(order):
         s, t = int(source_sizes[pair]), int(target_sizes[pair])
         rows = position - start + 1
-        widest = max(round_up(max(widest_source, s), multiple), round_up(max(widest_target, t), multiple))
+        widest = max(round_up(max(widest_source, s), multiple),
+                     round_up(max(widest_target, t), multiple))
         if rows > 1 and widest * rows > max_padded:
             passes.append(micro_batch[order[start:position]])
             start, widest_source, widest_target = position, 0, 0
@@ -143,7 +148,8 @@ def device_passes(
     return passes
 
 
-def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False, multiple: int = 1) -> Batch:
+def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False,
+            multiple: int = 1) -> Batch:
     """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``."""
     sources = [corpus.source(int(i)) for i in indices]
     targets = [corpus.target(int(i)) for i in indices]
@@ -154,7 +160,7 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
     source = torch.full((len(indices), source_width), PAD, dtype=torch.long)
     target_input = torch.full((len(indices), target_width), PAD, dtype=torch.long)
     target_output = torch.full((len(indices), target_width), PAD, dtype=torch.long)
-    for row, (s, t) in enumerate(zip(sources, targets)):
+    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
         source[row, : len(s)] = torch.from_numpy(s)
         source[row, len(s)] = EOS
         target_input[row, 0] = BOS
@@ -170,7 +176,8 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
 
 def _token_positions(sizes: np.ndarray, width: int) -> torch.Tensor:
     """Flat positions ``row * width + t`` of the first ``sizes[row]`` positions of each row."""
-    starts = np.repeat(np.arange(len(sizes)) * width - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
+    starts = np.repeat(np.arange(len(sizes)) * width - np.concatenate([[0], np.cumsum(sizes)[:-1]]),
+                       sizes)
     return torch.from_numpy(starts + np.arange(int(sizes.sum())))
 
 
@@ -194,8 +201,9 @@ class MicroBatchStream:
                                           max_padded, max_source_tokens, multiple)
         if len(self.batches) < micro_batches_per_step:
             raise ConfigError(
-                f"the training data fills {len(self.batches)} micro-batches of ~{budget:.0f} tokens, fewer "
-                f"than training.micro_batches_per_step ({micro_batches_per_step}) needed for one step"
+                f"the training data fills {len(self.batches)} micro-batches of ~{budget:.0f} "
+                f"tokens, fewer than training.micro_batches_per_step ({micro_batches_per_step}) "
+                "needed for one step"
             )
         self.seed = seed
         self.position = position or StreamPosition()
@@ -224,4 +232,5 @@ class MicroBatchStream:
 def evaluation_batches(corpus: EncodedCorpus, max_tokens: int) -> list[np.ndarray]:
     """Every pair exactly once, packed by length, in a fixed order (dev loss, perplexity)."""
     longest = int(max(corpus.source_lengths.max(), corpus.target_lengths.max())) + 1
-    return pack_batches(corpus.source_lengths, corpus.target_lengths, max(max_tokens, longest), longest)
+    return pack_batches(corpus.source_lengths, corpus.target_lengths, max(max_tokens, longest),
+                        longest)

@@ -78,7 +78,7 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-# -- writing ----------------------------------------------------------------------------------------
+# -- writing ---------------------------------------------------------------------------------------
 def _fsync_directory(directory: Path) -> None:
     descriptor = os.open(directory, os.O_RDONLY)
     try:
@@ -100,8 +100,10 @@ def _write_durably(path: Path, write) -> None:
         _fsync_directory(path.parent)
     except (OSError, RuntimeError) as error:  # torch reports a full disk as a RuntimeError
         temporary.unlink(missing_ok=True)
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
-        raise CheckpointError(f"{path}: cannot write ({reason}); check the folder is writable and has room") from None
+        reason = (error.strerror if isinstance(error, OSError) and error.strerror
+                  else str(error).splitlines()[0])
+        raise CheckpointError(f"{path}: cannot write ({reason}); check the folder is writable and "
+                              "has room") from None
 
 
 def save_checkpoint(state: dict, path: Path) -> None:
@@ -109,7 +111,8 @@ def save_checkpoint(state: dict, path: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise CheckpointError(f"{path.parent}: cannot create the folder ({error.strerror})") from None
+        raise CheckpointError(
+            f"{path.parent}: cannot create the folder ({error.strerror})") from None
     sidecar_path(path).unlink(missing_ok=True)  # a stale marker must never vouch for new bytes
     _write_durably(path, lambda stream: torch.save(state, stream))
     with path.open("rb") as stream:
@@ -123,7 +126,7 @@ def remove_checkpoint(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-# -- reading ----------------------------------------------------------------------------------------
+# -- reading ---------------------------------------------------------------------------------------
 def load_checkpoint(path: Path) -> dict:
     """The state in ``path``, on the CPU, after checking its sha256 sidecar; never runs code."""
     path = Path(path)
@@ -131,13 +134,15 @@ def load_checkpoint(path: Path) -> dict:
         payload = path.read_bytes()
         expected = sidecar_path(path).read_text().split()
     except FileNotFoundError as error:
-        missing = "it" if error.filename == str(path) else f"its checksum file {sidecar_path(path).name}"
+        missing = ("it" if error.filename == str(path)
+                   else f"its checksum file {sidecar_path(path).name}")
         raise CheckpointError(f"{path}: not a complete checkpoint ({missing} is missing)") from None
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read ({error.strerror})") from None
     if not expected or hashlib.sha256(payload).hexdigest() != expected[0]:
         raise CheckpointError(
-            f"{path}: damaged ({len(payload)} bytes whose sha256 does not match {sidecar_path(path).name})"
+            f"{path}: damaged ({len(payload)} bytes whose sha256 does not match "
+            f"{sidecar_path(path).name})"
         )
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
@@ -147,7 +152,8 @@ def load_checkpoint(path: Path) -> dict:
             f"run code when loaded"
         ) from None
     except (RuntimeError, EOFError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({str(error).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({str(error).splitlines()[0]})") from None
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path}: not a checkpoint of this package (no 'model' entry)")
     return state
@@ -184,7 +190,7 @@ def latest_good_checkpoint(directory: Path) -> tuple[Path, dict] | None:
     return None
 
 
-# -- before training --------------------------------------------------------------------------------
+# -- before training -------------------------------------------------------------------------------
 def check_room(directory: Path, checkpoint_bytes: int, checkpoints: int) -> None:
     """Fail before training when ``directory`` is not writable or cannot hold ``checkpoints``
     more checkpoints of about ``checkpoint_bytes`` each; nothing is left behind."""
@@ -199,13 +205,15 @@ def check_room(directory: Path, checkpoint_bytes: int, checkpoints: int) -> None
     if free < needed:
         raise CheckpointError(
             f"{directory}: {free / 2**20:.0f} MiB free, but {checkpoints} checkpoints of about "
-            f"{checkpoint_bytes / 2**20:.1f} MiB need {needed / 2**20:.0f} MiB; free space or use another folder"
+            f"{checkpoint_bytes / 2**20:.1f} MiB need {needed / 2**20:.0f} MiB; free space or use "
+            "another folder"
         )
 
 
 class CheckpointSchedule:
     """Saves on a step interval (the grid) and on a wall-clock interval (the paper: every 10
-    minutes; off the grid, for resuming only). ``final_step`` (``training.steps``) is on the grid."""
+    minutes; off the grid, for resuming only). ``final_step`` (``training.steps``) is on the
+    grid."""
 
     def __init__(self, directory: Path, every_steps: int, every_minutes: float, keep_last: int,
                  final_step: int | None = None):
@@ -221,7 +229,8 @@ class CheckpointSchedule:
 
     def grid_checkpoints(self) -> list[Path]:
         """The checkpoints on the grid, by increasing step."""
-        return [path for path in list_checkpoints(self.directory) if self.on_grid(checkpoint_step(path))]
+        return [path for path in list_checkpoints(self.directory)
+                if self.on_grid(checkpoint_step(path))]
 
     def due(self, step: int) -> bool:
         if step % self.every_steps == 0:
@@ -233,7 +242,8 @@ class CheckpointSchedule:
         save_checkpoint(state, path)
         self.last_save = time.monotonic()
         self._prune(step)
-        log.info("saved %s%s", path, "" if self.on_grid(step) else " (off the save grid: for resuming only)")
+        log.info("saved %s%s", path,
+                 "" if self.on_grid(step) else " (off the save grid: for resuming only)")
         return path
 
     def _prune(self, newest: int) -> None:
@@ -259,7 +269,8 @@ def write_manifest(path: Path, schedule: CheckpointSchedule) -> dict:
             digest = sidecar_path(checkpoint).read_text().split()[0]
         except (OSError, IndexError):
             digest = None
-        entries.append({"file": checkpoint.name, "step": checkpoint_step(checkpoint), "sha256": digest})
+        entries.append({"file": checkpoint.name, "step": checkpoint_step(checkpoint),
+                        "sha256": digest})
     manifest = {
         "version": MANIFEST_VERSION,
         "checkpoint_dir": os.path.relpath(schedule.directory, path.parent),
@@ -276,7 +287,8 @@ def write_manifest(path: Path, schedule: CheckpointSchedule) -> dict:
 def set_aside(variant_dir: Path) -> Path | None:
     """Move a variant's ``checkpoints/`` and ``train/`` into ``replaced-<UTC time>/`` beside them
     (a fresh start that deletes nothing); the new folder, or None when there was nothing to move."""
-    present = [variant_dir / name for name in ("checkpoints", "train") if (variant_dir / name).exists()]
+    present = [variant_dir / name for name in ("checkpoints", "train")
+               if (variant_dir / name).exists()]
     if not present:
         return None
     destination = variant_dir / time.strftime("replaced-%Y%m%dT%H%M%SZ", time.gmtime())

@@ -23,7 +23,8 @@ def corpus_negative_log_likelihood(
     total = torch.zeros(2, dtype=torch.float64, device=device)
     for indices in evaluation_batches(corpus, max_tokens)[rank::world]:
         batch = collate(corpus, indices).to(device)
-        loss, tokens = negative_log_likelihood(model(batch.source, batch.target_input), batch.target_output)
+        loss, tokens = negative_log_likelihood(model(batch.source, batch.target_input),
+                                               batch.target_output)
         total += torch.tensor([loss.item(), tokens], dtype=torch.float64, device=device)
     distributed.all_reduce_sum(total)
     model.train(was_training)

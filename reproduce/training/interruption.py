@@ -52,7 +52,8 @@ class Interruption:
         """While inside: ``signums`` become stop requests, and with ``parents`` the death of the
         parent (or of a parent shell's parent) too. Handlers and the parent-death signal are
         restored on the way out."""
-        self._previous = previous = {signum: signal.signal(signum, self._handle) for signum in signums}
+        self._previous = previous = {signum: signal.signal(signum, self._handle)
+                                     for signum in signums}
         watched = parents and sys.platform.startswith("linux")
         if watched:
             self._watch_parents()
@@ -85,7 +86,8 @@ class Interruption:
             if os.getppid() != self._parent:
                 self.request(f"parent process {self._parent} exited")
             elif self._grandparent is not None and _parent_of(self._parent) != self._grandparent:
-                self.request(f"process {self._grandparent}, which started the shell {self._parent}, exited")
+                self.request(f"process {self._grandparent}, which started the shell "
+                             f"{self._parent}, exited")
         return self.reason
 
 

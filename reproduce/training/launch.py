@@ -2,8 +2,8 @@
 
 ``inline`` trains in the calling process (one rank). ``local`` starts ``tasks`` processes with
 submitit's local executor; ``slurm`` submits one job as the profile's
-:class:`~reproduce.training.slurm_request.SlurmRequest` asks, one task per GPU. Every task reads its rank from :class:`submitit.JobEnvironment`,
-exports the torch.distributed variables with
+:class:`~reproduce.training.slurm_request.SlurmRequest` asks, one task per GPU. Every task reads
+its rank from :class:`submitit.JobEnvironment`, exports the torch.distributed variables with
 :class:`submitit.helpers.TorchDistributedEnvironment`, and trains; rank 0 alone writes files and
 logs to MLflow. On Slurm, a job that reaches its time limit or is preempted receives a signal,
 and submitit requeues it (:class:`TrainingTask` is ``Checkpointable``): the requeued job resumes
@@ -62,7 +62,8 @@ class TrainingTask(submitit.helpers.Checkpointable):
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            logging.basicConfig(level=logging.INFO,
+                                format="%(asctime)s %(name)s %(levelname)s %(message)s")
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         torch.set_num_threads(self.threads)
         distributed.initialise()
@@ -92,15 +93,16 @@ class TrainingTask(submitit.helpers.Checkpointable):
             run = start_training_run(self.results_dir, self.dataset, self.variant, self.output_dir,
                                      self.data, world_size=distributed.world_size())
         try:
-            trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir, self.output_dir,
-                              on_metrics=run.log_metrics if run else None, settings=self.settings,
-                              interruption=interruption)
+            trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir,
+                              self.output_dir, on_metrics=run.log_metrics if run else None,
+                              settings=self.settings, interruption=interruption)
             if run is not None:
                 run.log_params({"parameters": trainer.model.num_parameters()})
             summary = trainer.run(stop_after_steps=self.stop_after_steps)
         except BaseException as error:
             if run is not None:  # interrupted (Ctrl-C) or crashed
-                run.finish("KILLED" if isinstance(error, (KeyboardInterrupt, SystemExit)) else "FAILED")
+                interrupted = isinstance(error, (KeyboardInterrupt, SystemExit))
+                run.finish("KILLED" if interrupted else "FAILED")
             raise
         if run is not None:
             if summary is not None:
@@ -118,7 +120,8 @@ def _pre_timeout_signal() -> int:
 def _exit_interrupted(interruption: Interruption, step: int) -> None:
     """After the stop checkpoint: under submitit, hand the pre-timeout signal to submitit's
     handler (requeue; a no-op on ranks > 0); inline, exit with 128 + the signal."""
-    log.warning("training stopped at step %d (%s); its checkpoint resumes it", step, interruption.reason)
+    log.warning("training stopped at step %d (%s); its checkpoint resumes it", step,
+                interruption.reason)
     if _inside_submitit():
         interruption.pass_on()
         return
@@ -157,7 +160,7 @@ def launch_training(
     results_dir: Path,
     launcher: Launcher = "inline",
     tasks: int = 1,
-    slurm: SlurmRequest = SlurmRequest(),
+    slurm: SlurmRequest = SlurmRequest(),  # noqa: B008 (frozen: one shared default is safe)
     threads: int = 1,
     stop_after_steps: int | None = None,
     restart: bool = False,
@@ -192,6 +195,7 @@ def launch_training(
         results = job.results()
     except Exception as error:
         raise RuntimeError(
-            f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: {error}"
+            f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
+            f"{error}"
         ) from error
     return results[0]

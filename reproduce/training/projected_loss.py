@@ -28,7 +28,8 @@ from torch.autograd.function import once_differentiable
 
 from reproduce.special_tokens import PAD
 
-CHUNK_LOGITS_BYTES = 256 * 2**20  # one chunk's fp32 logits: ~1,800 rows of a 37,000-token vocabulary
+# One chunk's fp32 logits: ~1,800 rows of a 37,000-token vocabulary.
+CHUNK_LOGITS_BYTES = 256 * 2**20
 
 
 def rows_per_chunk(vocab_size: int) -> int:
@@ -64,15 +65,16 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
 
 class _ChunkedProjectedLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, epsilon: float, chunk_rows: int,
-                dtype: torch.dtype) -> Tensor:
+    def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
+                chunk_rows: int, dtype: torch.dtype) -> Tensor:
         # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
         with torch.autocast(states.device.type, enabled=False):
             accumulate = torch.promote_types(dtype, torch.float32)
             projection = weight.to(dtype)
             smoothing = _Smoothing(epsilon, weight.size(0))
             total = torch.zeros((), dtype=accumulate, device=states.device)
-            log_normalisers = torch.empty(states.size(0), dtype=accumulate, device=states.device)  # [N]
+            log_normalisers = torch.empty(states.size(0), dtype=accumulate,
+                                          device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
                 logits = _logits(states[rows], projection, accumulate)  # [c, V]
                 expected = smoothing.expected_logit(logits, targets[rows])  # [c]
@@ -92,11 +94,13 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             projection = weight.to(ctx.dtype)
             smoothing = _Smoothing(ctx.epsilon, weight.size(0))
             grad_states = torch.empty_like(states) if want_states else None  # [N, d]
-            grad_weight = (torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+            grad_weight = (torch.zeros(weight.shape,
+                                       dtype=torch.promote_types(weight.dtype, torch.float32),
                                        device=weight.device) if want_weight else None)  # [V, d]
             for rows in _chunks(states.size(0), ctx.chunk_rows):
                 logits = _logits(states[rows], projection, accumulate)  # [c, V]
-                grad_logits = smoothing.softmax_minus_target(logits, log_normalisers[rows], targets[rows])
+                grad_logits = smoothing.softmax_minus_target(logits, log_normalisers[rows],
+                                                             targets[rows])
                 grad_logits = grad_logits.mul_(grad_loss.to(accumulate)).to(ctx.dtype)
                 if want_states:
                     grad_states[rows] = (grad_logits @ projection).to(states.dtype)
@@ -121,9 +125,11 @@ class _Smoothing:
         others = logits.sum(dim=1) - reference - logits[:, PAD]
         return self.reference * reference + self.other * others
 
-    def softmax_minus_target(self, logits: Tensor, log_normalisers: Tensor, targets: Tensor) -> Tensor:
+    def softmax_minus_target(self, logits: Tensor, log_normalisers: Tensor,
+                             targets: Tensor) -> Tensor:
         """``softmax(z) - q``, the loss's gradient with respect to the logits, ``[c, V]``."""
-        gradient = logits.sub_(log_normalisers.unsqueeze(1)).exp_()  # softmax, in place of the logits
+        # softmax, in place of the logits
+        gradient = logits.sub_(log_normalisers.unsqueeze(1)).exp_()
         gradient -= self.other
         gradient[:, PAD] += self.other
         rows = torch.arange(targets.numel(), device=targets.device)
@@ -143,5 +149,6 @@ def _log_sum_exp_(logits: Tensor) -> Tensor:
 
 
 def _logits(states: Tensor, projection: Tensor, accumulate: torch.dtype) -> Tensor:
-    """One chunk's logits ``[c, V]``, computed in the projection's dtype, returned in ``accumulate``."""
+    """One chunk's logits ``[c, V]``, computed in the projection's dtype, returned in
+    ``accumulate``."""
     return (states.to(projection.dtype) @ projection.T).to(accumulate)

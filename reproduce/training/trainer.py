@@ -71,8 +71,8 @@ log = logging.getLogger(__name__)
 MetricsCallback = Callable[[dict, int], None]
 
 
-RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves checkpoints/ "
-                "and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
+RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves "
+                "checkpoints/ and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
 
 
 class SettingsMismatchError(CheckpointError):
@@ -108,7 +108,8 @@ class StepOutcome(NamedTuple):
 def _seed_pass(seed: int, step: int, micro_batch: int, number: int) -> None:
     """Dropout noise of a step's ``micro_batch``-th micro-batch, ``number``-th pass: the same on
     any rank, hence the same model for any number of ranks and across a resume onto others."""
-    torch.manual_seed(int(np.random.SeedSequence([seed, step, micro_batch, number]).generate_state(1, np.uint64)[0]))
+    sequence = np.random.SeedSequence([seed, step, micro_batch, number])
+    torch.manual_seed(int(sequence.generate_state(1, np.uint64)[0]))
 
 
 class Trainer:
@@ -146,19 +147,21 @@ class Trainer:
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.parameters = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.parameters, lr=0.0, betas=(t.adam_beta1, t.adam_beta2),
-                                          eps=t.adam_eps, fused=self.device.type == "cuda")
+        self.optimizer = torch.optim.Adam(self.parameters, lr=0.0,
+                                          betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+                                          fused=self.device.type == "cuda")
         self.optimizer_update = OptimizerUpdate(self.optimizer, self.device.type,
                                                 loss_scaling=self.precision == "fp16",
                                                 clip_norm=t.clip_norm)
-        self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step, t.micro_batches_per_step,
-                                       t.max_tokens_per_device, t.max_source_tokens, t.seed, t.pad_to_multiple)
+        self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step,
+                                       t.micro_batches_per_step, t.max_tokens_per_device,
+                                       t.max_source_tokens, t.seed, t.pad_to_multiple)
         self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
                                            t.checkpoints.every_minutes, t.checkpoints.keep_last,
                                            final_step=t.steps)
         self.step = 0
-        self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0, "training_flops": 0,
-                       "padded_positions": 0, "skipped_steps": 0}
+        self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0,
+                       "training_flops": 0, "padded_positions": 0, "skipped_steps": 0}
         self.last_train_loss = float("nan")
         self.last_dev_loss = float("nan")
         if checkpoint is not None:
@@ -236,7 +239,8 @@ class Trainer:
         self.step = state["step"]
         self.stream.seek(StreamPosition(**state["stream_position"]))
         self.totals = self.totals | state["totals"]  # counters added since start at 0
-        self.last_train_loss, self.last_dev_loss = state["last_losses"]["train"], state["last_losses"]["dev"]
+        self.last_train_loss = state["last_losses"]["train"]
+        self.last_dev_loss = state["last_losses"]["dev"]
         _restore_rng_states(state["rng"])
         log.info("resumed from %s at step %d", path, self.step)
 
@@ -244,8 +248,8 @@ class Trainer:
         hint = RESTART_HINT.format(folder=self.output_dir)
         recorded = state.get("settings")
         if recorded is None:
-            raise SettingsMismatchError(f"{path}: records no training settings (written by an older "
-                                        f"version); {hint}")
+            raise SettingsMismatchError(f"{path}: records no training settings (written by an "
+                                        f"older version); {hint}")
         if recorded != self.settings:
             differences = "; ".join(differing_settings(recorded, self.settings))
             raise SettingsMismatchError(f"{path}: trained with other settings than variant "
@@ -306,21 +310,25 @@ class Trainer:
         pin = self.device.type == "cuda"
         passes = [(micro_batch, number, indices)
                   for micro_batch in range(self.rank, len(group), self.world)
-                  for number, indices in enumerate(device_passes(group[micro_batch], self.train_corpus,
-                                                                 t.max_tokens_per_device, t.pad_to_multiple))]
+                  for number, indices in enumerate(device_passes(
+                      group[micro_batch], self.train_corpus, t.max_tokens_per_device,
+                      t.pad_to_multiple))]
         batches = [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple)
                    for _, _, indices in passes]
-        for position, ((micro_batch, number, _), pending) in enumerate(zip(passes, batches)):
+        passes_and_batches = zip(passes, batches, strict=True)
+        for position, ((micro_batch, number, _), pending) in enumerate(passes_and_batches):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
             _seed_pass(t.seed, attempted, micro_batch, number)
-            last = position == len(batches) - 1  # gradients are all-reduced during the last backward
+            # Gradients are all-reduced during the last backward.
+            last = position == len(batches) - 1
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
                 with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
                     states = self.forward(batch.source, batch.target_input, batch.source_index,
                                           batch.target_index)  # [N, d] at the target tokens
                     loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
-                                                            batch.target_tokens(), self.config.label_smoothing)
+                                                            batch.target_tokens(),
+                                                            self.config.label_smoothing)
                 self.optimizer_update.backward(loss * (self.world / target_tokens))  # x S in fp16
             totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
         distributed.all_reduce_sum(totals)
@@ -338,7 +346,8 @@ class Trainer:
         total, tokens = corpus_negative_log_likelihood(
             self.model, self.dev_corpus, self.training.max_tokens_per_device, self.device)
         self.last_dev_loss = total / tokens
-        self._record({"dev_loss": self.last_dev_loss, "dev_perplexity": math.exp(self.last_dev_loss)})
+        self._record({"dev_loss": self.last_dev_loss,
+                      "dev_perplexity": math.exp(self.last_dev_loss)})
 
     def checkpoint_bytes(self) -> int:
         """About the size of one checkpoint: the parameters and Adam's two moments."""
@@ -391,10 +400,12 @@ class Trainer:
                     log.info("step %d dev loss %.4f ppl %.3f", self.step, self.last_dev_loss,
                              math.exp(self.last_dev_loss))
             stopping = self._stop_requested()
-            if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step or stopping):
+            if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
+                                   or stopping):
                 self.schedule.save(self.state(), self.step)
             if stopping:
-                log.warning("stopped after step %d (%s); checkpoint saved", self.step, self.interruption.reason)
+                log.warning("stopped after step %d (%s); checkpoint saved", self.step,
+                            self.interruption.reason)
                 break
         progress.close()
         if self.step < t.steps or self.rank != 0:
@@ -458,7 +469,8 @@ class Trainer:
             "micro_batches_per_step": self.training.micro_batches_per_step,
             "target_tokens_per_second": totals["target_tokens"] / seconds,
             "model_flops_per_second": totals["training_flops"] / seconds,
-            # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown GPUs.
+            # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown
+            # GPUs.
             "mfu": totals["training_flops"] / seconds / peak if peak else None,
             "world_size": self.world,
             "device": self._device_name(),
@@ -469,7 +481,8 @@ class Trainer:
             "final_dev_loss": self.last_dev_loss,
             # Padding in the passes' [B, T] batches: attention's products compute it, the
             # matrices skip it (reproduce.model.token_layout).
-            "padding_waste": 1.0 - real_positions / totals["padded_positions"] if totals["padded_positions"] else 0.0,
+            "padding_waste": (1.0 - real_positions / totals["padded_positions"]
+                              if totals["padded_positions"] else 0.0),
             # The finished run's dev curve, so that the tables read declared outputs only
             # (metrics.jsonl is the live log, which a resumed training rewrites).
             "dev_curve": dev_curve(read_records(self.metrics_path)),
@@ -487,8 +500,9 @@ def _rng_states() -> dict:
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "position": int(position), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gaussian)},
         "python": {"version": version, "state": list(python_state), "gauss_next": gauss_next},
     }
 
@@ -499,8 +513,8 @@ def _restore_rng_states(states: dict) -> None:
         if len(states["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(states["cuda"])
         else:
-            log.warning("checkpoint holds %d CUDA RNG states, this machine has %d devices: not restored",
-                        len(states["cuda"]), torch.cuda.device_count())
+            log.warning("checkpoint holds %d CUDA RNG states, this machine has %d devices: not "
+                        "restored", len(states["cuda"]), torch.cuda.device_count())
     numpy = states["numpy"]
     np.random.set_state((numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
                          numpy["has_gauss"], numpy["cached_gaussian"]))

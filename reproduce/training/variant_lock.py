@@ -31,7 +31,8 @@ class VariantLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             stream = self.path.open("a+")
         except OSError as error:
-            raise VariantLockedError(f"{self.path}: cannot create the lock file ({error.strerror})") from None
+            raise VariantLockedError(
+                f"{self.path}: cannot create the lock file ({error.strerror})") from None
         try:
             fcntl.flock(stream, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
