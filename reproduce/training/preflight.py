@@ -75,7 +75,8 @@ def available_host_bytes() -> int | None:
     """Memory this process may still use: the machine's available memory, or less where a cgroup
     (a Slurm job's allocation) limits it; None where neither can be read."""
     candidates = [_meminfo_available()]
-    limit, used = _read_number(CGROUP_MEMORY / "memory.max"), _read_number(CGROUP_MEMORY / "memory.current")
+    limit, used = (_read_number(CGROUP_MEMORY / "memory.max"),
+                   _read_number(CGROUP_MEMORY / "memory.current"))
     if limit is not None and used is not None:
         candidates.append(max(0, limit - used))
     known = [value for value in candidates if value is not None]
@@ -100,7 +101,8 @@ def check_fits(config: ModelConfig, vocab_size: int, device: torch.device, varia
         gib = 2**30
         raise ModelTooLargeError(
             f"variant {variant}: model (d_model={config.d_model}, d_ff={config.d_ff}, "
-            f"layers={config.layers}, vocabulary {vocab_size}) needs {needed / gib:.1f} GiB for its "
+            f"layers={config.layers}, vocabulary {vocab_size}) "
+            f"needs {needed / gib:.1f} GiB for its "
             f"weights, gradients and Adam's moments alone, but {device} has {available / gib:.1f} "
             f"GiB free; make the model smaller or run where there is more memory"
         )
