@@ -1,4 +1,5 @@
-"""A recorded browser check of the MLflow UI: screenshots of a small store's runs page and compare view.
+"""A recorded browser check of the MLflow UI: screenshots of a small store's runs page and
+compare view.
 
 Builds a throw-away store with the project's own tracking functions (three variant runs with
 params, a training-loss curve and BLEU metrics, and a tables run; the values are synthetic, chosen
@@ -16,7 +17,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -55,8 +55,9 @@ def build_store(results: Path) -> list[str]:
 
 
 def chromium(profile: Path, *arguments: str, size: str = "2400,800") -> None:
-    subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--window-size={size}", f"--user-data-dir={profile}",
-                    *arguments], check=True, capture_output=True, timeout=180)
+    subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--window-size={size}",
+                    f"--user-data-dir={profile}", *arguments],
+                   check=True, capture_output=True, timeout=180)
 
 
 def screenshot(profile: Path, url: str, out: Path, size: str = "2400,800") -> None:
@@ -68,17 +69,20 @@ def screenshot(profile: Path, url: str, out: Path, size: str = "2400,800") -> No
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path, help="folder for mlflow-runs.png and mlflow-compare.png")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", type=Path,
+                        help="folder for mlflow-runs.png and mlflow-compare.png")
     args = parser.parse_args()
     port = int(os.environ.get("MLFLOW_SERVER_PORT", "5917"))
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         profile = folder / "chromium-profile"
-        env = dict(os.environ, MLFLOW_SERVER_DIR=str(folder / "server"), MLFLOW_SERVER_HOST="127.0.0.1",
-                   MLFLOW_SERVER_PORT=str(port), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        env = dict(os.environ, MLFLOW_SERVER_DIR=str(folder / "server"),
+                   MLFLOW_SERVER_HOST="127.0.0.1", MLFLOW_SERVER_PORT=str(port),
+                   PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         server = ["bash", str(ROOT / "scripts/mlflow-server.sh")]
-        started = subprocess.run([*server, "start"], env=env, check=True, capture_output=True, text=True)
+        started = subprocess.run([*server, "start"], env=env, check=True, capture_output=True,
+                                 text=True)
         uri = started.stdout.strip().removeprefix("export MLFLOW_TRACKING_URI=")
         try:
             os.environ["MLFLOW_TRACKING_URI"] = uri
@@ -89,7 +93,8 @@ def main() -> None:
             args.out_dir.mkdir(parents=True, exist_ok=True)
             # MLflow 3.17's UI takes the experiment kind from its GenAI / Model training switch
             # (remembered by the browser, GenAI at first), not from mlflow.experimentKind.
-            screenshot(profile, f"{uri}/#/experiments/{experiment_id}?workflowType=machine_learning",
+            screenshot(profile,
+                       f"{uri}/#/experiments/{experiment_id}?workflowType=machine_learning",
                        args.out_dir / "mlflow-runs.png")
             compared = quote(json.dumps(run_ids, separators=(",", ":")))
             experiments = quote(json.dumps([experiment_id]))

@@ -85,7 +85,8 @@ def test_tables_hold_real_numbers_for_every_variant(pipeline):
 def _reported_file(report: str, path: str) -> str:
     """The content of `path` as embedded (base64 data URI) in a `snakemake --report` page."""
     entry = report.index(f'"{path}": {{')
-    encoded = re.compile(r'"data_uri": "data:[^,"]*;base64,([A-Za-z0-9+/=]+)"').search(report, entry)
+    encoded = re.compile(r'"data_uri": "data:[^,"]*;base64,([A-Za-z0-9+/=]+)"').search(report,
+                                                                                      entry)
     return base64.b64decode(encoded.group(1)).decode()
 
 
@@ -223,7 +224,8 @@ def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tm
     with running_mlflow_server(tmp_path) as url:
         environment = dict(os.environ, MLFLOW_TRACKING_URI=url)
         result = subprocess.run(
-            [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml", "results/tiny/base/bleu.json"],
+            [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml",
+             "results/tiny/base/bleu.json"],
             cwd=pipeline, capture_output=True, text=True, timeout=900, env=environment,
         )
         assert result.returncode == 0, result.stderr[-4000:]
@@ -269,7 +271,8 @@ def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once
         stale = [line for line in ran.stdout.splitlines() + ran.stderr.splitlines()
                  if line.startswith("Stale: ")]
         assert stale and "results/tiny/A_h1" in stale[0] and "model.dropout: 0.1 -> 0.3" in stale[0]
-        assert {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()} == kept
+        assert {path: path.stat().st_mtime_ns for path in variant.rglob("*")
+                if path.is_file()} == kept
         table3 = pd.read_csv(pipeline / "results/tiny/tables/table3.csv")
         row = table3[table3["variant"] == "A_h1"].iloc[0]
         assert row["status"].startswith("stale") and pd.isna(row["BLEU (dev)"]), row

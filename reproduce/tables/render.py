@@ -22,8 +22,8 @@ from reproduce.tables.table4 import build_table4, table4_caption
 
 MISSING = "—"
 # Number formats by column name (first match wins): BLEU and PPL as the paper prints them.
-NUMBER_FORMATS = [("p vs", ".3g"), ("FLOPs", ".2e"), ("BLEU", ".2f"), ("PPL", ".2f"), ("GPU-hours", ".3g"),
-                  ("params", ".3g"), ("F1", ".2f"), ("exact match", ".2f")]
+NUMBER_FORMATS = [("p vs", ".3g"), ("FLOPs", ".2e"), ("BLEU", ".2f"), ("PPL", ".2f"),
+                  ("GPU-hours", ".3g"), ("params", ".3g"), ("F1", ".2f"), ("exact match", ".2f")]
 
 
 def _cell(column: str, value) -> str:
@@ -87,7 +87,8 @@ def _write_table(out_dir: Path, stem: str, frame: pd.DataFrame,
 def scores_table(experiment: Experiment, every_variant: dict) -> pd.DataFrame:
     """Every variant's dev (last weights) and test (averaged) scores, from its bleu.json or
     f1.json: the per-variant numbers beside the tables, in one page of the report."""
-    names = (("sacreBLEU", "sacrebleu"), ("BLEU (tokenized)", "tokenized_bleu"), ("PPL", "perplexity"))
+    names = (("sacreBLEU", "sacrebleu"), ("BLEU (tokenized)", "tokenized_bleu"),
+             ("PPL", "perplexity"))
     if experiment.task == "parsing":
         names = (("F1", "f1"), ("exact match", "exact_match"), ("PPL", "perplexity"))
     rows = []

@@ -1,4 +1,5 @@
-"""MLflow tracking: the store (:mod:`.store`), the runs (:mod:`.runs`), the corpora (:mod:`.datasets`).
+"""MLflow tracking: the store (:mod:`.store`), the runs (:mod:`.runs`), the corpora
+(:mod:`.datasets`).
 
 Only rank 0 ever calls into this package.
 """

@@ -32,7 +32,8 @@ def public_url(url: str) -> str:
 
 
 def dataset_inputs(data: DataConfig, reports_dir: Path) -> list[DatasetInput]:
-    """Every source of every split, with its pair counts from ``reports_dir/<split>.report.json``."""
+    """Every source of every split, with its pair counts from
+    ``reports_dir/<split>.report.json``."""
     inputs = []
     for split in SPLITS:
         report_path = reports_dir / f"{split}.report.json"
@@ -43,7 +44,8 @@ def dataset_inputs(data: DataConfig, reports_dir: Path) -> list[DatasetInput]:
     return inputs
 
 
-def _dataset_input(split: str, name: str, url: str, sha256: str | None, counts: dict) -> DatasetInput:
+def _dataset_input(split: str, name: str, url: str, sha256: str | None,
+                   counts: dict) -> DatasetInput:
     location = public_url(url)
     profile = {"sha256": sha256, "pairs_read": counts.get("read"), "pairs_kept": counts.get("kept")}
     profile = {key: value for key, value in profile.items() if value is not None}

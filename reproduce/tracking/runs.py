@@ -2,8 +2,8 @@
 
 Experiments are tagged as model training (``mlflow.experimentKind``), so MLflow 3's UI opens on
 the runs table rather than its GenAI pages. Runs carry MLflow's system tags (source, commit, user,
-run name) and a ``kind`` tag, ``variant`` or ``tables``, that tells them apart. A ``kind`` tag, not a
-parent run per pipeline invocation: Snakemake runs every stage in its own process (on Slurm, on
+run name) and a ``kind`` tag, ``variant`` or ``tables``, that tells them apart. A ``kind`` tag, not
+a parent run per pipeline invocation: Snakemake runs every stage in its own process (on Slurm, on
 other nodes, and training again after each requeue), and a variant's run outlives the invocation
 that started it (its BLEU is logged by later ones), so there is no invocation-wide run to hang it
 under.
@@ -112,7 +112,8 @@ class VariantRun:
         self._call("logging metrics", lambda: self.client.log_batch(self.run_id, metrics=entries))
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
-        self._call(f"storing {path.name}", lambda: self.client.log_artifact(self.run_id, str(path), folder))
+        self._call(f"storing {path.name}",
+                   lambda: self.client.log_artifact(self.run_id, str(path), folder))
 
     def log_datasets(self, inputs: list["DatasetInput"]) -> None:
         self._call("logging datasets", lambda: self.client.log_inputs(self.run_id, datasets=inputs))
@@ -124,7 +125,8 @@ class VariantRun:
         self._call("setting tags", set_all)
 
     def log_summary(self, summary: dict[str, Any], artifacts: list[Path]) -> None:
-        """A finished training's summary: counts as params, results as metrics, files as artifacts."""
+        """A finished training's summary: counts as params, results as metrics, files as
+        artifacts."""
         self.log_params({key: summary[key] for key in SUMMARY_PARAMS if key in summary})
         self.log_metrics({key: value for key, value in summary.items() if key not in _NOT_METRICS},
                          step=summary["steps"])
@@ -142,8 +144,10 @@ class VariantRun:
         def find_missing() -> None:
             now = int(time.time() * 1000)
             for key in sorted(keys):
-                logged = {metric.step for metric in self.client.get_metric_history(self.run_id, key)}
-                missing.extend(Metric(key, float(entry[key]), now, entry["step"]) for entry in recorded
+                logged = {metric.step
+                          for metric in self.client.get_metric_history(self.run_id, key)}
+                missing.extend(Metric(key, float(entry[key]), now, entry["step"])
+                               for entry in recorded
                                if key in entry and entry["step"] not in logged)
             for start in range(0, len(missing), _BATCH):
                 self.client.log_batch(self.run_id, metrics=missing[start:start + _BATCH])
@@ -171,11 +175,13 @@ class VariantRun:
         self.replay_metrics()
         if not self._call(f"marking the run {status}",
                           lambda: self.client.set_terminated(self.run_id, status)):
-            log.warning("MLflow run %s could not be marked %s; it shows its last status", self.run_id, status)
+            log.warning("MLflow run %s could not be marked %s; it shows its last status",
+                        self.run_id, status)
 
     def _call(self, what: str, action: Callable[[], None]) -> bool:
         """Run ``action``; on failure warn (once per outage) and return False instead of raising."""
-        if self.outage_since is not None and time.monotonic() - self._last_attempt < RETRY_AFTER_SECONDS:
+        if (self.outage_since is not None
+                and time.monotonic() - self._last_attempt < RETRY_AFTER_SECONDS):
             return False
         self._last_attempt = time.monotonic()
         try:
@@ -183,12 +189,15 @@ class VariantRun:
         except Exception as error:
             if self.outage_since is None:
                 self.outage_since = time.monotonic()
-                kept = f"; metrics stay in {self.metrics_file} and are replayed" if self.metrics_file else ""
-                log.warning("MLflow: %s failed (%s); going on without tracking%s when the store is back",
+                kept = (f"; metrics stay in {self.metrics_file} and are replayed"
+                        if self.metrics_file else "")
+                log.warning("MLflow: %s failed (%s); going on without tracking%s "
+                            "when the store is back",
                             what, _first_line(error), kept)
             return False
         if self.outage_since is not None:
-            log.warning("MLflow: the store answers again after %.0f s", time.monotonic() - self.outage_since)
+            log.warning("MLflow: the store answers again after %.0f s",
+                        time.monotonic() - self.outage_since)
             self.outage_since = None
             self.replay_metrics()
         return True
@@ -274,7 +283,8 @@ def start_training_run(
     fail_fast_over_http()  # in a submitit job too, whose environment may not carry the launcher's
     redact_credentials_in_logs()
     run = start_variant_run(results_dir, dataset, variant.name, variant.table3_row,
-                            output_dir / "checkpoints", metrics_file=output_dir / "train" / "metrics.jsonl")
+                            output_dir / "checkpoints",
+                            metrics_file=output_dir / "train" / "metrics.jsonl")
     run.log_params(flat_params(variant, dataset) | {"world_size": world_size})
     run.set_tags({"mlflow.note.content": run_description(variant)})
     if data is not None:
@@ -306,7 +316,8 @@ def variant_run_for(results_dir: Path, dataset: str, variant: str, command: str)
     client = _client(results_dir)
     run = client.create_run(
         _experiment_id(client, dataset, results_dir), run_name=variant,
-        tags={"dataset": dataset, "variant": variant, "kind": "variant", **system_tags(command, variant)},
+        tags={"dataset": dataset, "variant": variant, "kind": "variant",
+              **system_tags(command, variant)},
     )
     client.set_terminated(run.info.run_id, "FINISHED")
     return VariantRun(client, run.info.run_id)
@@ -320,7 +331,8 @@ def log_best_effort(results_dir: Path, what: str, action: Callable[[], None]) ->
         action()
         return True
     except Exception as error:  # the store is a sink: nothing of the stage's result depends on it
-        log.warning("MLflow: %s not logged (%s); the result files are written and complete without it",
+        log.warning("MLflow: %s not logged (%s); the result files are written and complete "
+                    "without it",
                     what, _first_line(error))
         return False
 
@@ -349,7 +361,8 @@ def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
 
 
 def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
-    """A variant's resolved hyper-parameters as MLflow params: ``model.d_model``, ``training.steps``..."""
+    """A variant's resolved hyper-parameters as MLflow params: ``model.d_model``,
+    ``training.steps``..."""
     params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
     for section in ("model", "training", "decoding"):
         _flatten(getattr(variant, section).model_dump(), section, params)
@@ -362,7 +375,8 @@ def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
 def run_description(variant: "ResolvedVariant") -> str:
     """The run's description in the MLflow UI: its table row and what it changes."""
     row = f"Table 3 row {variant.table3_row}" if variant.table3_row else "not a Table 3 row"
-    return f"{variant.name} ({row}): {variant.description or 'no description in the experiment file'}"
+    return (f"{variant.name} ({row}): "
+            f"{variant.description or 'no description in the experiment file'}")
 
 
 def _flatten(values: dict[str, Any], prefix: str, into: dict[str, Any]) -> None:
