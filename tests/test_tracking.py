@@ -79,7 +79,8 @@ def test_flat_params_name_every_hyper_parameter():
     assert params["model.architecture"] == "transformer"  # also where the model's dump omits it
     tiny = load_experiment(ROOT / "configs/tiny.yaml")
     assert flat_params(tiny.variant("rnn"), "tiny")["model.architecture"] == "rnn"
-    assert run_description(tiny.variant("A_h1")).startswith("A_h1 (Table 3 row A): (A) one attention head")
+    assert run_description(tiny.variant("A_h1")).startswith(
+        "A_h1 (Table 3 row A): (A) one attention head")
 
 
 def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
@@ -160,7 +161,8 @@ def trained(tmp_path, monkeypatch):
     data = tmp_path / "results/tiny/data"
     data.mkdir(parents=True)
     (data / "train.report.json").write_text(json.dumps(
-        {"split": "train", "sources": {"tiny_train": {"read": 120, "kept": 100, "dropped_ratio": 20}}}))
+        {"split": "train",
+         "sources": {"tiny_train": {"read": 120, "kept": 100, "dropped_ratio": 20}}}))
     train = random_corpus(tmp_path / "train", 64, seed=1)
     dev = random_corpus(tmp_path / "dev", 16, seed=2)
     summary = launch_training(experiment, small_variant(steps=6), train, dev,
@@ -178,13 +180,15 @@ def test_a_training_run_is_finished_with_its_curves_and_no_value_twice(trained):
     assert run.data.params["world_size"] == "1" and run.data.params["training.steps"] == "6"
     assert run.data.params["precision"] == summary["precision"] == "fp32"  # what ran, on a CPU
     assert run.data.metrics["final_dev_loss"] == pytest.approx(summary["final_dev_loss"])
-    recorded = [json.loads(line) for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
+    recorded = [json.loads(line)
+                for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
     history = client.get_metric_history(run.info.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(e["step"], e["train_loss"]) for e in recorded
                                                    if "train_loss" in e]
     assert run.data.tags["mlflow.user"] and run.data.tags["kind"] == "variant"
     assert run.data.params["model.architecture"] == "transformer"
-    assert run.data.tags["mlflow.note.content"].startswith(f"{summary['variant']} (")  # the description
+    # the description
+    assert run.data.tags["mlflow.note.content"].startswith(f"{summary['variant']} (")
 
 
 def test_a_training_run_names_its_datasets_with_pair_counts(trained):
@@ -201,8 +205,10 @@ def test_a_training_run_names_its_datasets_with_pair_counts(trained):
 
 
 def test_public_urls_keep_neither_credentials_nor_queries():
-    assert public_url("https://user:pw@host.org:8443/a/b.tgz?token=abc#x") == "https://host.org:8443/a/b.tgz"
-    assert public_url("file:configs/data/tiny_corpus.tgz?x=1") == "file:configs/data/tiny_corpus.tgz"
+    assert (public_url("https://user:pw@host.org:8443/a/b.tgz?token=abc#x")
+            == "https://host.org:8443/a/b.tgz")
+    assert (public_url("file:configs/data/tiny_corpus.tgz?x=1")
+            == "file:configs/data/tiny_corpus.tgz")
 
 
 def test_a_report_without_a_source_leaves_its_counts_out(tmp_path):
@@ -221,7 +227,8 @@ def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
 
     monkeypatch.setattr("reproduce.training.launch.Trainer", crash)
     with pytest.raises(RuntimeError, match="the trainer crashed"):
-        launch_training(experiment, small_variant(steps=6), train, dev, tmp_path / "variant", tmp_path)
+        launch_training(experiment, small_variant(steps=6), train, dev, tmp_path / "variant",
+                        tmp_path)
     run_id = (tmp_path / "variant/checkpoints/mlflow_run_id").read_text()
     assert MlflowClient(tracking_uri(tmp_path)).get_run(run_id).info.status == "FAILED"
 
@@ -237,7 +244,8 @@ def test_six_trainings_on_a_new_store_all_start(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(6)
-    processes = [context.Process(target=_create_store_and_run, args=(str(tmp_path), f"v{i}", barrier))
+    processes = [context.Process(target=_create_store_and_run,
+                                 args=(str(tmp_path), f"v{i}", barrier))
                  for i in range(6)]
     for process in processes:
         process.start()
@@ -265,8 +273,9 @@ def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
     environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{free_port()}",
                        PYTHONPATH=str(ROOT))
     result = subprocess.run(
-        [sys.executable, "-m", "reproduce", "train", "--experiment", str(ROOT / "configs/tiny.yaml"),
-         "--variant", "base", "--train-data", str(tmp_path / "train"), "--dev-data", str(tmp_path / "dev"),
+        [sys.executable, "-m", "reproduce", "train",
+         "--experiment", str(ROOT / "configs/tiny.yaml"), "--variant", "base",
+         "--train-data", str(tmp_path / "train"), "--dev-data", str(tmp_path / "dev"),
          "--out-dir", str(tmp_path / "base"), "--results", str(tmp_path)],
         capture_output=True, text=True, timeout=120, env=environment,
     )
@@ -297,7 +306,8 @@ def test_credentials_are_masked_in_every_logged_record(caplog):
     record = logging.LogRecord("mlflow", logging.WARNING, __file__, 1, "request to %s failed", (
         f"https://alice:{SECRET}@mlflow.example.org/api/2.0/mlflow/runs/get",), None)
     assert RedactCredentials().filter(record)
-    assert record.getMessage() == "request to https://***@mlflow.example.org/api/2.0/mlflow/runs/get failed"
+    assert record.getMessage() == ("request to https://***@mlflow.example.org"
+                                   "/api/2.0/mlflow/runs/get failed")
 
 
 def test_system_metrics_are_sampled_into_the_run(tmp_path, monkeypatch):
@@ -328,7 +338,8 @@ def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri(tmp_path))
     history = client.get_metric_history(run.run_id, "train_loss")
     assert sorted((m.step, m.value) for m in history) == [(2, 3.0), (4, 2.0), (6, 1.0)]
-    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "dev_loss")] == [(4, 2.5)]
+    assert [(m.step, m.value)
+            for m in client.get_metric_history(run.run_id, "dev_loss")] == [(4, 2.5)]
 
 
 @pytest.mark.slow
@@ -370,8 +381,10 @@ def test_a_variant_trains_through_a_server_that_vanishes_and_returns(tmp_path, m
             run.log_metrics = log_through_an_outage
             return run
 
-        monkeypatch.setattr("reproduce.tracking.start_training_run", start_and_lose_the_server_at_step_4)
-        summary = launch_training(experiment, small_variant(steps=8), train, dev, tmp_path / "base", tmp_path)
+        monkeypatch.setattr("reproduce.tracking.start_training_run",
+                            start_and_lose_the_server_at_step_4)
+        summary = launch_training(experiment, small_variant(steps=8), train, dev, tmp_path / "base",
+                                  tmp_path)
         assert lost_at and lost_at[0] is not None  # the server was really gone for a while
         client = MlflowClient(uri)
         run = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])[0]
