@@ -88,6 +88,7 @@ class PrefixRecomputingDecoder:
 
     def __init__(self, model: Transformer):
         self.model = model
+        self.config = model.config  # beam search reads the model's position limit from it
 
     def eval(self):
         self.model.eval()

@@ -24,15 +24,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reproduce"
 
 # (module, function, exception) -> why raising it there is not an expected error of the user's.
 INTERNAL_RAISES = {
-    ("reproduce/cli.py", "positive_int", "argparse.ArgumentTypeError"):
+    ("reproduce/commands/arguments.py", "positive_int", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
-    ("reproduce/cli.py", "integers", "argparse.ArgumentTypeError"):
+    ("reproduce/commands/arguments.py", "integers", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
-    ("reproduce/cli.py", "existing_file", "argparse.ArgumentTypeError"):
+    ("reproduce/commands/arguments.py", "existing_file", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
-    ("reproduce/cli.py", "existing_dir", "argparse.ArgumentTypeError"):
+    ("reproduce/commands/arguments.py", "existing_dir", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
-    ("reproduce/cli.py", "checkpoint_file", "argparse.ArgumentTypeError"):
+    ("reproduce/commands/arguments.py", "checkpoint_file", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
     ("reproduce/config.py", "_ConfigLoader._refuse_duplicate_keys",
      "yaml.constructor.ConstructorError"):

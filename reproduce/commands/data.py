@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from reproduce.cli import add_command, add_experiment, existing_dir, existing_file
+from reproduce.commands.arguments import add_command, add_experiment, existing_dir, existing_file
 from reproduce.commands import experiment_of
 from reproduce.config import ConfigError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reproduce.cli import (
+from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, add_variant, checkpoint_file, existing_dir,
     existing_file,
 )

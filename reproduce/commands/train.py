@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reproduce.cli import (
+from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, add_variant, existing_dir, existing_file,
     positive_int,
 )

@@ -298,8 +298,8 @@ def training_fingerprint(wildcards):
     outputs before the trainer refuses the old checkpoints, so it is left as it is, warned of,
     and shown stale in the tables (reproduce.training.staleness)."""
     folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
-    if stale_training_message(folder, summary, settings) is not None and "fingerprint" in summary:
-        return summary["fingerprint"]
+    if stale_training_message(folder, summary, settings) is not None:
+        return fingerprint(summary["settings"])
     return fingerprint(settings)
 
 
