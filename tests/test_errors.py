@@ -49,6 +49,8 @@ INTERNAL_RAISES = {
         "ends a trainer stopped by a signal with the shell's exit status for it",
     ("reproduce/training/launch.py", "launch_training", "RuntimeError"):
         "a submitted job failed; the job's own error is chained and keeps its traceback",
+    ("reproduce/training/launch.py", "launch_training", "refusal"):
+        "the TrainingJobRefused (a ReproduceError) read back from the failed job's refusal file",
 }
 
 

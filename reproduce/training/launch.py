@@ -16,10 +16,17 @@ stop request ends the run after the current step with a checkpoint
 the job that started the trainer, after which the process exits with 128 + the signal; under
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
 the request's ``max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
+
+A job that refuses to train (an expected error: settings that changed, a model too large, a loss
+that diverged) reports it to the launcher as the same one line it prints when run inline, not as
+submitit's traceback: each task writes its error's class and message to a JSON file beside
+submitit's (:func:`_record_refusal`), which the launcher reads back (:func:`_recorded_refusal`).
+submitit itself hands back only the formatted traceback text.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 from dataclasses import dataclass
@@ -31,7 +38,7 @@ import torch
 
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.errors import ConfigError
+from reproduce.errors import ConfigError, ReproduceError
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import STOP_SIGNALS, Interruption
@@ -72,6 +79,10 @@ class TrainingTask(submitit.helpers.Checkpointable):
                 return self._train(Interruption())
             with VariantLock(self.output_dir), self._interruption() as interruption:
                 return self._train(interruption)
+        except ReproduceError as error:
+            if _inside_submitit():
+                _record_refusal(self.output_dir / "submitit", error)
+            raise
         finally:
             distributed.shutdown()
 
@@ -126,6 +137,44 @@ def _exit_interrupted(interruption: Interruption, step: int) -> None:
         interruption.pass_on()
         return
     raise SystemExit(128 + (interruption.signal or signal.SIGTERM))
+
+
+class TrainingJobRefused(ReproduceError):
+    """A submitted training job stopped on an expected error; its message is the task's own
+    line, the job and its log named after it; ``kind`` is the task's error class."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _refusal_path(folder: Path, job_id: str, rank: int) -> Path:
+    return folder / f"{job_id}_{rank}_refusal.json"
+
+
+def _record_refusal(folder: Path, error: ReproduceError) -> None:
+    environment = submitit.JobEnvironment()
+    path = _refusal_path(folder, environment.job_id, environment.global_rank)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps({"error": type(error).__name__, "message": str(error)}))
+    temporary.replace(path)
+
+
+def _recorded_refusal(job: submitit.Job, folder: Path) -> TrainingJobRefused | None:
+    """The lowest rank's recorded refusal of ``job``, consumed (a later job of the same id, as
+    the local executor's process ids can repeat, must not find it), or None."""
+    recorded = sorted(folder.glob(f"{job.job_id}_*_refusal.json"),
+                      key=lambda path: int(path.name.split("_")[-2]))
+    if not recorded:
+        return None
+    try:
+        refusal = json.loads(recorded[0].read_text())
+        message = f"{refusal['message']} (training job {job.job_id}; log: {job.paths.stderr})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # unreadable: the caller reports the job's failure with its logs instead
+    for path in recorded:
+        path.unlink(missing_ok=True)
+    return TrainingJobRefused(message, str(refusal.get("error")))
 
 
 def _inside_submitit() -> bool:
@@ -194,6 +243,9 @@ def launch_training(
     try:
         results = job.results()
     except Exception as error:
+        refusal = _recorded_refusal(job, output_dir / "submitit")
+        if refusal is not None:
+            raise refusal from error
         raise RuntimeError(
             f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
             f"{error}"
