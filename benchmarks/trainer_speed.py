@@ -37,9 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_MODEL = {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "d_k": 64, "d_v": 64}
 
 
+def wmt_source_lengths(rng: np.random.Generator, sentences: int) -> np.ndarray:
+    """WMT-like sentence lengths in tokens: log-normal around 26, between 1 and 200."""
+    return np.clip(rng.lognormal(np.log(26), 0.6, sentences).astype(int), 1, 200)
+
+
 def write_synthetic_corpus(directory: Path, pairs: int, vocab: int, seed: int) -> Path:
     rng = np.random.default_rng(seed)
-    source_lengths = np.clip(rng.lognormal(np.log(26), 0.6, pairs).astype(int), 1, 200)
+    source_lengths = wmt_source_lengths(rng, pairs)
     target_lengths = np.clip((source_lengths * rng.normal(1.05, 0.15, pairs)).astype(int), 1, 200)
     writer = EncodedCorpusWriter(directory, vocab, {"synthetic": True})
     for start in range(0, pairs, 100_000):

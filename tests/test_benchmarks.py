@@ -1,5 +1,6 @@
 """The benchmark scripts run and print their tables (smoke tests: no timing is asserted)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,13 @@ def test_loss_memory_compares_the_unfused_and_chunked_losses():
                   "--repeats", "1")
     assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
     assert "N 64: chunked / unfused memory" in output
+
+
+def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path():
+    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300")
+    assert "CPU cpu (beam 4, alpha 0.6, 6 sentences):" in output and "generated tok/s" in output
+    found = re.search(r"6 sentences, ([\d,]+) source tokens \(EOS included\), ([\d,]+) generated "
+                      r"tokens", output)
+    source, generated = (int(number.replace(",", "")) for number in found.groups())
+    # each hypothesis holds at least its EOS and at most its source's length + 50 (section 6.1)
+    assert 6 <= generated <= source + 6 * 50

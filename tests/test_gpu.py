@@ -1,28 +1,40 @@
-"""CUDA: resume, bf16, fp16 with loss scaling, torch.compile, incremental decoding and data
-parallelism on a GPU.
+"""CUDA: resume, bf16, fp16 with loss scaling, torch.compile, incremental decoding, the attention
+kernels, host synchronisation and data parallelism on a GPU.
 
-Skipped without one (tests/conftest.py); run on a GPU machine with ``pytest -m gpu``. The
-trainer picks the GPU by itself (reproduce.training.distributed.device), so these runs are the
-real training path, not a copy of it.
+The tests marked ``gpu`` are skipped without one (tests/conftest.py); run them on a GPU machine
+with ``pytest -m gpu`` (``scripts/gpu-check.sh`` does, with the benchmarks). The trainer picks the
+GPU by itself (reproduce.training.distributed.device), so these runs are the real training path,
+not a copy of it. The parts of those checks that a CPU can show run everywhere (unmarked).
 """
 
 import json
+import os
+import socket
+import traceback
+from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
+import torch.multiprocessing
+from torch.profiler import ProfilerActivity, profile
 
-from reproduce.config import load_experiment
-from reproduce.model.transformer import DecoderCache
+from reproduce.config import ModelConfig, load_experiment
+from reproduce.decoding.beam_search import beam_search
+from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, PAD
+from reproduce.training import distributed, trainer as trainer_module
 from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import Trainer
 from tests.test_model import random_tokens, tiny_model
 from tests.test_projected_loss import bf16_autocast_errors
 from tests.test_training import _final, _key_bias_masks
-from tests.training_fixtures import ROOT, random_corpus, small_variant
+from tests.training_fixtures import ROOT, VOCAB, random_corpus, small_variant
 
-pytestmark = pytest.mark.gpu
+# The widths of the base model (d_model 512, 8 heads of 64), two layers: the attention kernels
+# and DDP's buckets meet the paper's shapes, at a fraction of the cost.
+BASE_WIDTHS = {"layers": 2, "d_model": 512, "d_ff": 2048, "heads": 8, "d_k": 64, "d_v": 64}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +50,7 @@ def _assert_same_model(a, b, config, atol):
         assert torch.allclose(tensor[~mask].float(), b[name][~mask].float(), atol=atol), name
 
 
+@pytest.mark.gpu
 def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     # dropout: the CUDA generator must be restored too
     variant = small_variant(steps=12, dropout=0.1)
@@ -50,6 +63,7 @@ def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_pa
     assert all(torch.equal(a[name], b[name]) for name in a)
 
 
+@pytest.mark.gpu
 def test_bf16_training_follows_fp32(corpora, tmp_path):
     losses = {}
     for precision in ("fp32", "bf16"):
@@ -60,6 +74,7 @@ def test_bf16_training_follows_fp32(corpora, tmp_path):
     assert abs(losses["bf16"] - losses["fp32"]) / losses["fp32"] < 0.05
 
 
+@pytest.mark.gpu
 def test_fp16_training_with_loss_scaling_follows_fp32(corpora, tmp_path):
     losses = {}
     for precision in ("fp32", "fp16"):
@@ -77,6 +92,7 @@ def _fp16_trainer_overflowing_at_first(variant, corpora, folder) -> Trainer:
     return trainer
 
 
+@pytest.mark.gpu
 def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     """On the GPU Adam is fused: the scaler hands it the overflow flag, and the kernel itself
     skips the update and leaves Adam's step count as it was."""
@@ -96,6 +112,7 @@ def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, t
     assert all(state["step"].item() == 12 for state in straight["optimizer"]["state"].values())
 
 
+@pytest.mark.gpu
 def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, tmp_path):
     expected = "bf16" if torch.cuda.get_device_capability()[0] >= 8 else "fp16"  # Ampere on
     summary = Trainer(small_variant(steps=2, dropout=0.0, precision="auto"), "t", *corpora,
@@ -103,6 +120,7 @@ def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, 
     assert summary["precision"] == expected
 
 
+@pytest.mark.gpu
 def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
     eager = small_variant(steps=3, dropout=0.0)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
@@ -112,6 +130,7 @@ def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
                        eager.model, atol=1e-4)
 
 
+@pytest.mark.gpu
 def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
     model = tiny_model().cuda()
     source = random_tokens(3, 7).cuda()
@@ -123,6 +142,7 @@ def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
 
 
+@pytest.mark.gpu
 def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
     """Two processes on one GPU talk through gloo (NCCL needs a GPU per rank)."""
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
@@ -136,6 +156,7 @@ def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
     assert summary["world_size"] == 2 and summary["device"] != "cpu"
 
 
+@pytest.mark.gpu
 def test_chunked_loss_under_bf16_autocast_follows_the_fp32_formula():
     """Base sizes (d_model 512, vocabulary 37,000, 3,072 target tokens in 4,096 positions):
     bf16 logits cost ~3 significant digits against fp32; against the unfused path under the same
@@ -145,3 +166,156 @@ def test_chunked_loss_under_bf16_autocast_follows_the_fp32_formula():
     assert loss < 1e-3 and states < 2e-2 and weight < 2e-2
     loss, states, weight = errors["autocast"]
     assert loss < 1e-4 and states < 1e-2 and weight < 1e-2
+
+
+# -- the attention kernels ----------------------------------------------------------------------
+SDPA_KERNELS = {  # the op that scaled_dot_product_attention dispatches to, for each backend
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
+
+def attention_kernels(run) -> tuple[int, Counter]:
+    """How many times ``run()`` calls scaled_dot_product_attention, and which backend's kernel
+    each call ran (by the op it dispatched to, as the profiler records it)."""
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        run()
+    ops = Counter(event.name for event in profiler.events())
+    kernels = Counter()
+    for op, backend in SDPA_KERNELS.items():
+        kernels[backend] += ops[op]
+    return ops["aten::scaled_dot_product_attention"], +kernels
+
+
+def _base_width_variant(steps: int, precision: str):
+    variant = small_variant(steps=steps, dropout=0.1, precision=precision)
+    return variant.model_copy(update={"model": variant.model.model_copy(update=BASE_WIDTHS)})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU: the test of the GPU's kernels")
+def test_every_attention_of_a_cpu_training_step_runs_the_flash_kernel(corpora, tmp_path):
+    """On a CPU the chosen kernels (model/attention.py: flash, efficient, math) leave every call
+    to flash, masked ones included; the math path would materialise the scores."""
+    trainer = Trainer(small_variant(steps=2), "t", *corpora, tmp_path)
+    calls, kernels = attention_kernels(trainer._train_step)
+    # encoder self-, decoder self- and cross-attention in every layer, once per device pass
+    assert calls > 0 and calls % (3 * trainer.config.layers) == 0
+    assert kernels == Counter(flash=calls)
+
+
+@pytest.mark.gpu
+def test_a_bf16_training_step_runs_flash_for_causal_and_efficient_for_masked_attention(
+        corpora, tmp_path):
+    """The decoder's self-attention is causal without a mask: flash. Encoder self-attention and
+    cross-attention mask padded keys, which flash cannot: the memory-efficient kernel. Never the
+    math path (scores materialised) nor cuDNN's (left out: a plan for every new shape)."""
+    trainer = Trainer(_base_width_variant(steps=3, precision="bf16"), "t", *corpora, tmp_path)
+    trainer._train_step()  # warm-up
+    calls, kernels = attention_kernels(trainer._train_step)
+    assert calls > 0 and calls % (3 * BASE_WIDTHS["layers"]) == 0
+    assert kernels == Counter(flash=calls // 3, efficient=2 * calls // 3)
+
+
+@pytest.mark.gpu
+def test_fp32_beam_search_on_the_gpu_runs_the_memory_efficient_kernel():
+    """Decoding computes in fp32 (as ``reproduce evaluate`` does), which flash does not take:
+    every call, cached self-attention and cross-attention alike, goes to the efficient kernel."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**BASE_WIDTHS, dropout=0.0), VOCAB).cuda()
+    source = random_tokens(3, 7).cuda()
+    source[2, 5:] = PAD
+    calls, kernels = attention_kernels(lambda: beam_search(model, source, max_length_offset=4))
+    assert calls > 0 and kernels == Counter(efficient=calls)
+
+
+# -- host synchronisation -----------------------------------------------------------------------
+@pytest.mark.gpu
+def test_a_training_step_synchronises_with_the_host_only_to_read_its_totals(corpora, tmp_path):
+    """A step queues its passes, backward passes and update without waiting for the GPU; its one
+    synchronisation is its last line, which reads the loss and padding totals (the trainer's
+    non-finite check needs the loss). Under ``set_sync_debug_mode("error")`` the first
+    synchronising call raises: it must be that one."""
+    trainer = Trainer(_base_width_variant(steps=10, precision="bf16"), "t", *corpora, tmp_path)
+    for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
+        trainer._train_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchronizing CUDA operation") as raised:
+            trainer._train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    frames = traceback.extract_tb(raised.value.__traceback__)
+    in_trainer = [frame for frame in frames if frame.filename == trainer_module.__file__]
+    first = f"{frames[-1].filename}:{frames[-1].lineno} ({in_trainer[-1].line})"
+    assert in_trainer[-1].name == "_train_step", first
+    assert in_trainer[-1].line == "loss_total, padded = totals.tolist()", first
+
+
+# -- data parallelism ---------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
+
+
+def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -> None:
+    """One of two ranks: two steps through the Trainer's DistributedDataParallel, after which
+    rank 0 writes down what DDP says of itself."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    distributed.initialise()
+    try:
+        trainer = Trainer(variant, "t", *corpora, folder / "run")
+        for _ in range(2):  # a parameter without a gradient would make the second step raise
+            trainer._train_step()
+        if rank == 0:
+            ddp = trainer.parallel
+            logged = ddp._get_ddp_logging_data()
+            report = {
+                "wraps": type(ddp.module).__name__, "device": str(trainer.device),
+                "find_unused_parameters": ddp.find_unused_parameters,
+                "bucket_bytes_cap": ddp.bucket_bytes_cap, "device_ids": ddp.device_ids,
+                "bucket_sizes": [int(size) for size in logged["bucket_sizes"].split(",")],
+                "bucketed_bytes": logged["total_parameter_size_bytes"],
+                "backend": logged["backend_name"],
+                "parameter_bytes": sum(p.numel() * p.element_size() for p in trainer.parameters),
+            }
+            (folder / "ddp.json").write_text(json.dumps(report))
+    finally:
+        distributed.shutdown()
+
+
+def ddp_settings_of_two_ranks(variant, corpora, folder: Path) -> dict:
+    torch.multiprocessing.spawn(_report_ddp_settings, args=(variant, corpora, folder, _free_port()),
+                                nprocs=2)
+    report = json.loads((folder / "ddp.json").read_text())
+    # As reproduce/training/distributed.py configures DDP: torch's 25 MiB buckets, and no search
+    # for unused parameters (every parameter has a gradient at every pass; the search would walk
+    # the autograd graph every step).
+    assert report["wraps"] == "TeacherForcedStates"
+    assert report["find_unused_parameters"] is False
+    assert report["bucket_bytes_cap"] == 25 * 2**20
+    # every parameter in a bucket, once (the shared embedding too)
+    assert sum(report["bucket_sizes"]) == report["bucketed_bytes"] == report["parameter_bytes"]
+    return report
+
+
+def test_data_parallel_buckets_every_parameter_and_searches_no_unused_ones(corpora, tmp_path):
+    ddp_settings_of_two_ranks(small_variant(steps=2), corpora, tmp_path)
+
+
+@pytest.mark.gpu
+def test_data_parallel_on_the_gpu_reduces_base_widths_in_several_buckets(corpora, tmp_path):
+    """At base widths the gradients fill several buckets, each all-reduced as soon as the
+    backward pass has filled it; two ranks on one GPU talk through gloo (NCCL needs a GPU each)."""
+    report = ddp_settings_of_two_ranks(_base_width_variant(steps=2, precision="bf16"), corpora,
+                                       tmp_path)
+    one_gpu_each = torch.cuda.device_count() >= 2
+    assert report["device"] == "cuda:0" and report["device_ids"] == [0]
+    assert report["backend"] == ("nccl" if one_gpu_each else "gloo")
+    assert len(report["bucket_sizes"]) > 1

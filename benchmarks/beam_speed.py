@@ -1,0 +1,101 @@
+"""Beam-search speed on a newstest2014-sized input, through the project's decoding path.
+
+3,003 synthetic source sentences (newstest2014's count) with the WMT lengths of the trainer
+benchmark's corpus (log-normal around 26 tokens, ``trainer_speed.wmt_source_lengths``) go through
+:func:`reproduce.decoding.translate.translate_sentences`, as ``reproduce evaluate`` decodes:
+sorted by length, batches of ``decoding.max_sentences_per_batch``, beam 4, alpha 0.6, at most
+source + 50 tokens (section 6.1; the ``decoding`` settings of ``configs/wmt14_en_de.yaml``), in
+fp32 like the real path. Only sentencepiece is left out: sentences are strings of token ids.
+
+The weights are random (speed needs no trained ones): an untrained model seldom ends a hypothesis
+early, so nearly every sentence runs to its maximum length, source + 50, more steps than a trained
+model's translations (about as long as their sources) take. A few sentences are decoded first,
+untimed, so that CUDA's start-up is not counted. Prints sentences/s and generated tokens/s
+(each hypothesis' tokens and its EOS), e.g.
+
+    H100 base (beam 4, alpha 0.6, 3003 sentences): 41.0 sentences/s, 3,200 generated tok/s
+
+On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
+
+    .venv/bin/python benchmarks/beam_speed.py --size cpu --sentences 16 --vocab 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from reproduce.config import load_experiment
+from reproduce.decoding.translate import translate_sentences
+from reproduce.model.architectures import build_model
+from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths
+
+NEWSTEST2014_SENTENCES = 3003
+WARM_UP_SENTENCES = 8
+
+
+class TokenIdText:
+    """Sentencepiece's encode/decode for text that is already token ids ("17 4 230")."""
+
+    @staticmethod
+    def encode(sentences: list[str]) -> list[list[int]]:
+        return [[int(token) for token in sentence.split()] for sentence in sentences]
+
+    @staticmethod
+    def decode(ids: list[int]) -> str:
+        return " ".join(map(str, ids))
+
+
+def synthetic_sources(sentences: int, vocab: int, seed: int) -> list[str]:
+    """``sentences`` lines of random token ids (never a special token) of WMT-like lengths."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(map(str, rng.integers(4, vocab, length)))
+            for length in wmt_source_lengths(rng, sentences)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
+    parser.add_argument("--sentences", type=int, default=NEWSTEST2014_SENTENCES)
+    parser.add_argument("--vocab", type=int, default=37_000)
+    args = parser.parse_args()
+
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    variant = experiment.variant("big" if args.size == "big" else "base")
+    config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
+    decoding = variant.decoding
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = build_model(config, args.vocab).to(device).eval()
+    sources = synthetic_sources(args.sentences, args.vocab, seed=0)
+
+    translate_sentences(model, TokenIdText(), sources[:WARM_UP_SENTENCES], decoding, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    translations = translate_sentences(model, TokenIdText(), sources, decoding, device)
+    seconds = time.perf_counter() - started  # the hypotheses are on the host: all computed
+
+    generated = sum(len(line.split()) + 1 for line in translations)  # + EOS
+    source_tokens = sum(len(line.split()) + 1 for line in sources)
+    name = "CPU" if device.type == "cpu" else (
+        torch.cuda.get_device_name(device).replace("NVIDIA ", "").split()[0])
+    print(f"device: {name if device.type == 'cpu' else torch.cuda.get_device_name(device)}, "
+          f"threads: {torch.get_num_threads()}, torch {torch.__version__}, size: {args.size} "
+          f"(N={config.layers}, d_model={config.d_model}), vocab {args.vocab}, fp32, random "
+          f"weights")
+    print(f"decoding: beam {decoding.beam_size}, alpha {decoding.length_penalty}, max length "
+          f"source + {decoding.max_length_offset}, {decoding.max_sentences_per_batch} sentences "
+          f"per batch; {len(sources)} sentences, {source_tokens:,} source tokens (EOS included), "
+          f"{generated:,} generated tokens in {seconds:.1f} s")
+    print(f"{name} {args.size} (beam {decoding.beam_size}, alpha {decoding.length_penalty}, "
+          f"{len(sources)} sentences): {len(sources) / seconds:,.1f} sentences/s, "
+          f"{generated / seconds:,.0f} generated tok/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""The whole GPU path measured by one command (``scripts/gpu-check.sh OUTDIR``), within a budget.
+
+Steps, each a subprocess whose output goes to ``OUTDIR/logs/<step>.log`` as it runs (kept
+whatever happens; a step that fails or runs out of time never stops the later ones):
+
+1. ``pytest -m gpu -ra tests/test_gpu.py`` (counts from its JUnit XML);
+2. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
+   batching (25k tokens a step, bf16), cold and warm windows, eager then ``torch.compile``d;
+3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6;
+4. ``benchmarks/loss_memory.py --bf16``: peak GPU memory, chunked against unfused loss.
+
+Then ``OUTDIR/gpu-report.md`` (and the same figures in ``gpu-report.json``): the machine, every
+step's status and seconds, every figure parsed from the step logs, and the headline lines that
+BENCHMARKS.md takes. A step that did not finish shows its status and the tail of its log, never a
+number. Steps run in the order above except that the compiled trainer runs come last: they are
+the slowest to start, so a budget cut loses them first.
+
+Without CUDA the same command is a **smoke mode**: the reduced model (``--size cpu``), tiny
+inputs, no compilation, a minute or two on a CPU, so that the command is tested in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+DEFAULT_BUDGET_SECONDS = 510  # 8.5 minutes: a 10-minute device call also installs wheels
+REPORT_SECONDS = 10  # kept back from the budget for the report itself
+SHORTEST_USEFUL_STEP = 20  # seconds; a step offered less is not started
+TAIL_LINES = 40
+
+PROBE = """
+import json, platform, torch
+cuda = torch.cuda.is_available()
+print(json.dumps({
+    "cuda": cuda, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+    "cudnn": torch.backends.cudnn.version() if cuda else None,
+    "gpu": torch.cuda.get_device_name(0) if cuda else None,
+    "gpus": torch.cuda.device_count() if cuda else 0,
+    "python": platform.python_version(), "processor": platform.processor() or platform.machine(),
+    "cpus": __import__("os").cpu_count(),
+}))
+"""
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # the log's file name, and the key of its figures
+    title: str
+    kind: str  # which parser reads its log: pytest, trainer, beam or loss_memory
+    arguments: list[str]  # after the python executable
+    cap_seconds: float
+    compiled: bool = False
+
+
+@dataclass
+class Outcome:
+    step: Step
+    status: str  # "ok", "failed (exit N)", "timed out after N s", "not run: why"
+    seconds: float = 0.0
+    figures: dict = field(default_factory=dict)
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def plan(cuda: bool, logs: Path) -> list[Step]:
+    """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
+    pytest = Step("pytest-gpu", "pytest -m gpu", "pytest",
+                  ["-m", "pytest", "-m", "gpu", "-ra", "-v", "--durations=20", "-p",
+                   "no:cacheprovider", "tests/test_gpu.py",
+                   f"--junitxml={logs / 'pytest-gpu.xml'}"],
+                  cap_seconds=240)
+    if not cuda:
+        trainer = ["--pairs", "2000", "--vocab", "500", "--tokens-per-step", "2000", "--steps",
+                   "4", "--log-every", "2"]
+        return [pytest,
+                _trainer("cpu", trainer, 120),
+                _beam("cpu", ["--sentences", "12", "--vocab", "500"], 90),
+                Step("loss-memory", "loss memory, fused vs unfused", "loss_memory",
+                     [str(BENCHMARKS / "loss_memory.py"), "--tokens", "64", "--vocab", "500",
+                      "--d-model", "16", "--repeats", "1"], cap_seconds=60)]
+    # 100,000 pairs hold ~110 steps of 25k tokens: no step count below re-reads the corpus.
+    base = ["--pairs", "100000", "--steps", "40", "--log-every", "10", "--precision", "bf16"]
+    big = ["--pairs", "100000", "--steps", "24", "--log-every", "6", "--precision", "bf16"]
+    return [pytest,
+            _trainer("base", base, 90),
+            _trainer("big", big, 120),
+            _beam("base", [], 90),
+            _beam("big", [], 120),
+            Step("loss-memory", "loss memory, fused vs unfused (bf16)", "loss_memory",
+                 [str(BENCHMARKS / "loss_memory.py"), "--bf16"], cap_seconds=60),
+            _trainer("base", base, 180, compiled=True),
+            _trainer("big", big, 180, compiled=True)]
+
+
+def _trainer(size: str, options: list[str], cap: float, compiled: bool = False) -> Step:
+    how = "compiled" if compiled else "eager"
+    return Step(f"trainer-{size}-{how}", f"trainer, {size}, {how}", "trainer",
+                [str(BENCHMARKS / "trainer_speed.py"), "--size", size, *options,
+                 *(["--compile"] if compiled else [])], cap, compiled)
+
+
+def _beam(size: str, options: list[str], cap: float) -> Step:
+    return Step(f"beam-{size}", f"beam search, {size}", "beam",
+                [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options], cap)
+
+
+# -- running ------------------------------------------------------------------------------------
+def run_step(step: Step, python: str, logs: Path, seconds_left: float) -> Outcome:
+    """Run one step, its output into its log; killed with its whole process group (compile
+    workers, spawned ranks) when it outlasts its cap or the budget's remainder."""
+    limit = min(step.cap_seconds, seconds_left)
+    if limit < SHORTEST_USEFUL_STEP:
+        return Outcome(step, f"not run: {seconds_left:.0f} s of the budget left")
+    log = logs / f"{step.name}.log"
+    started = time.monotonic()
+    with log.open("w") as stream:
+        stream.write(f"$ {python} {' '.join(step.arguments)}\n")
+        stream.flush()
+        process = subprocess.Popen([python, *step.arguments], cwd=ROOT, stdout=stream,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        try:
+            code = process.wait(timeout=limit)
+            status = "ok" if code == 0 else f"failed (exit {code})"
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            status = f"timed out after {limit:.0f} s"
+    return read_figures(Outcome(step, status, time.monotonic() - started), logs)
+
+
+def read_figures(outcome: Outcome, logs: Path) -> Outcome:
+    """The figures of a step that finished, parsed from its log; a log without them makes the
+    step failed. pytest's counts are read whether or not tests failed (they are the result);
+    a benchmark that did not finish gets its log's tail instead, never a number."""
+    text = (logs / f"{outcome.step.name}.log").read_text(errors="replace")
+    tail = "\n".join(text.splitlines()[-TAIL_LINES:])
+    if outcome.ok or (outcome.step.kind == "pytest" and outcome.status == "failed (exit 1)"):
+        try:
+            outcome.figures = PARSERS[outcome.step.kind](text, logs)
+        except (UnparsedOutput, OSError, ElementTree.ParseError) as error:
+            outcome.status, outcome.figures = f"failed (output not parsed: {error})", {}
+    if not outcome.ok:
+        outcome.tail = tail
+    return outcome
+
+
+def probe_machine(python: str) -> dict:
+    """Torch, CUDA and the GPU as the steps' python sees them (in a process of its own, so that
+    this one holds no CUDA context), and the driver from nvidia-smi."""
+    result = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, cwd=ROOT,
+                            check=True)
+    machine = json.loads(result.stdout.splitlines()[-1])
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
+        machine["nvidia_smi"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        machine["nvidia_smi"] = None
+    return machine
+
+
+# -- parsing ------------------------------------------------------------------------------------
+TRAINER_HEADLINE = re.compile(r"^(?P<device>\S+) (?P<size>\S+) \(trainer, (?P<window>cold|warm)\): "
+                              r"(?P<ktok>[\d,.]+)k target tok/s, exact MFU (?P<mfu>.+)$", re.M)
+TRAINER_STEPS = re.compile(r"^steps: (?P<steps>\d+), mean tokens per step: (?P<source>\d+) "
+                           r"source, (?P<target>\d+) target; padding (?P<padding>[\d.]+)%$", re.M)
+TRAINER_PRECISION = re.compile(r"precision: (?P<precision>\w+) \(training\.precision", re.M)
+TRAINER_WINDOW = re.compile(r"^\| (?P<step>\d+) \| (?P<tok>[\d,]+) \| (?P<tflops>[\d.]+) \| "
+                            r"(?P<mfu>[^|]+?) \|$", re.M)
+BEAM_HEADLINE = re.compile(r"^(?P<device>\S+) (?P<size>\S+) \(beam (?P<beam>\d+), alpha "
+                           r"(?P<alpha>[\d.]+), (?P<sentences>\d+) sentences\): (?P<sps>[\d,.]+) "
+                           r"sentences/s, (?P<tps>[\d,]+) generated tok/s$", re.M)
+BEAM_TOTALS = re.compile(r"(?P<source>[\d,]+) source tokens \(EOS included\), (?P<generated>"
+                         r"[\d,]+) generated tokens in (?P<seconds>[\d.]+) s$", re.M)
+LOSS_ROW = re.compile(r"^\| (?P<path>unfused|chunked) \| (?P<tokens>\d+) \| (?P<projected>\d+) \| "
+                      r"(?P<mib>[-\d,]+) \| (?P<seconds>[\d.]+) \|$", re.M)
+LOSS_RATIO = re.compile(r"^N (?P<tokens>\d+): chunked / unfused memory (?P<memory>[-\d.]+)x, "
+                        r"time (?P<time>[\d.]+)x$", re.M)
+LOSS_DEVICE = re.compile(r"^device: (?P<device>\S+),.* bf16 autocast: (?P<bf16>\w+)", re.M)
+
+
+class UnparsedOutput(ValueError):
+    """A step exited 0 but its log lacks the lines its figures come from."""
+
+
+def _all(pattern: re.Pattern, text: str, what: str) -> list[dict]:
+    found = [match.groupdict() for match in pattern.finditer(text)]
+    if not found:
+        raise UnparsedOutput(f"no {what} line in the log")
+    return found
+
+
+def parse_trainer(text: str, _logs: Path) -> dict:
+    headlines = {row["window"]: row for row in _all(TRAINER_HEADLINE, text, "headline")}
+    steps = _all(TRAINER_STEPS, text, "'steps: ...'")[0]
+    return {"headlines": headlines, "steps": steps,
+            "precision": _all(TRAINER_PRECISION, text, "precision")[0]["precision"],
+            "windows": _all(TRAINER_WINDOW, text, "window")}
+
+
+def parse_beam(text: str, _logs: Path) -> dict:
+    return {"headline": _all(BEAM_HEADLINE, text, "headline")[0],
+            "totals": _all(BEAM_TOTALS, text, "totals")[0]}
+
+
+def parse_loss_memory(text: str, _logs: Path) -> dict:
+    return {"device": _all(LOSS_DEVICE, text, "device")[0],
+            "rows": _all(LOSS_ROW, text, "table"), "ratios": _all(LOSS_RATIO, text, "ratio")}
+
+
+def parse_pytest(text: str, logs: Path) -> dict:
+    """Counts from the JUnit XML; the -ra summary's lines (why each test failed or skipped)."""
+    suite = ElementTree.parse(logs / "pytest-gpu.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    summary = re.findall(r"^(?:FAILED|ERROR|SKIPPED|XFAIL|XPASS) .*$", text, re.M)
+    return {"counts": counts, "summary": summary}
+
+
+PARSERS = {"trainer": parse_trainer, "beam": parse_beam, "loss_memory": parse_loss_memory,
+           "pytest": parse_pytest}
+
+
+# -- report -------------------------------------------------------------------------------------
+def _shown(arguments: list[str]) -> list[str]:
+    """A step's arguments with paths relative to the repository (as BENCHMARKS.md quotes them)."""
+    return [argument.replace(f"{ROOT}/", "") for argument in arguments]
+
+
+def device_label(machine: dict) -> str:
+    """"H100" for an NVIDIA H100 80GB HBM3, as trainer_speed.py and beam_speed.py name it."""
+    return machine["gpu"].replace("NVIDIA ", "").split()[0] if machine["cuda"] else "CPU"
+
+
+def headlines(outcomes: list[Outcome], device: str) -> list[str]:
+    """The lines BENCHMARKS.md takes, from the parsed figures of the steps that finished."""
+    lines = []
+    for outcome in outcomes:
+        if not outcome.ok:
+            continue
+        figures = outcome.figures
+        if outcome.step.kind == "trainer":
+            compiled = ", compiled" if outcome.step.compiled else ""
+            for window in ("cold", "warm"):
+                row = figures["headlines"][window]
+                lines.append(f"{row['device']} {row['size']} (trainer{compiled}, {window}): "
+                             f"{row['ktok']}k target tok/s, exact MFU {row['mfu']}")
+        elif outcome.step.kind == "beam":
+            row = figures["headline"]
+            lines.append(f"{row['device']} {row['size']} (beam {row['beam']}, alpha {row['alpha']},"
+                         f" {row['sentences']} sentences): {row['sps']} sentences/s, "
+                         f"{row['tps']} generated tok/s")
+        elif outcome.step.kind == "loss_memory":
+            autocast = figures["device"]["bf16"]
+            for ratio in figures["ratios"]:
+                lines.append(f"{device} loss (bf16 autocast: {autocast}, N "
+                             f"{ratio['tokens']}): chunked / unfused peak memory "
+                             f"{ratio['memory']}x, time {ratio['time']}x")
+    return lines
+
+
+def _machine_lines(machine: dict, mode: str, budget: float, spent: float) -> list[str]:
+    gpu = (f"{machine['gpu']} x{machine['gpus']}" if machine["cuda"] else "none (CUDA not "
+           "available)")
+    return [f"* mode: {mode}",
+            f"* GPU: {gpu}; nvidia-smi (name, driver, memory): {machine['nvidia_smi'] or 'n/a'}",
+            f"* torch {machine['torch']}, CUDA runtime {machine['cuda_runtime']}, cuDNN "
+            f"{machine['cudnn']}, Python {machine['python']}",
+            f"* host: {machine['processor']}, {machine['cpus']} CPUs",
+            f"* budget {budget:.0f} s, spent {spent:.0f} s"]
+
+
+def _figure_lines(outcome: Outcome) -> list[str]:
+    figures, kind = outcome.figures, outcome.step.kind
+    if kind == "pytest":
+        counts = figures["counts"]
+        lines = [f"{counts['passed']} passed, {counts['failures']} failed, {counts['errors']} "
+                 f"errors, {counts['skipped']} skipped (of {counts['tests']})"]
+        return lines + ["", "```", *figures["summary"], "```"] if figures["summary"] else lines
+    if kind == "trainer":
+        steps = figures["steps"]
+        lines = [f"{steps['steps']} steps in {figures['precision']}, mean tokens per step "
+                 f"{steps['source']} source / {steps['target']} target, padding "
+                 f"{steps['padding']}%", "",
+                 "| window ends at step | target tok/s | model TFLOP/s | MFU |",
+                 "|---|---|---|---|"]
+        lines += [f"| {w['step']} | {w['tok']} | {w['tflops']} | {w['mfu']} |"
+                  for w in figures["windows"]]
+        return lines
+    if kind == "beam":
+        totals, row = figures["totals"], figures["headline"]
+        return [f"{row['sentences']} sentences, {totals['source']} source tokens, "
+                f"{totals['generated']} generated tokens in {totals['seconds']} s: "
+                f"{row['sps']} sentences/s, {row['tps']} generated tok/s"]
+    lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
+             "forward+backward (s) |", "|---|---|---|---|---|"]
+    lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['mib']} | {r['seconds']} |"
+              for r in figures["rows"]]
+    return lines
+
+
+def render_report(machine: dict, mode: str, outcomes: list[Outcome], budget: float,
+                  spent: float) -> str:
+    lines = ["# GPU check", "", *_machine_lines(machine, mode, budget, spent), "",
+             "## Steps", "", "| step | status | seconds | log |", "|---|---|---|---|"]
+    lines += [f"| {o.step.title} | {o.status} | {o.seconds:.0f} | logs/{o.step.name}.log |"
+              for o in outcomes]
+    lines += ["", "## Headlines (for BENCHMARKS.md)", "", "```",
+              *headlines(outcomes, device_label(machine)), "```"]
+    for outcome in outcomes:
+        lines += ["", f"## {outcome.step.title}: {outcome.status}", "",
+                  f"`python {' '.join(_shown(outcome.step.arguments))}`", ""]
+        if outcome.figures:
+            lines += _figure_lines(outcome)
+        if outcome.tail:
+            lines += [*([""] if outcome.figures else []),
+                      f"Last {TAIL_LINES} lines of logs/{outcome.step.name}.log:", "", "```",
+                      outcome.tail, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def report_json(machine: dict, mode: str, outcomes: list[Outcome], spent: float) -> dict:
+    return {"machine": machine, "mode": mode, "seconds": spent,
+            "headlines": headlines(outcomes, device_label(machine)),
+            "steps": [{"name": o.step.name, "title": o.step.title, "status": o.status,
+                       "seconds": o.seconds, "figures": o.figures, "step": asdict(o.step)}
+                      for o in outcomes]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--python", default=sys.executable, help="the python the steps run with")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_SECONDS,
+                        help="seconds for every step together (the report included)")
+    args = parser.parse_args()
+    started = time.monotonic()
+    logs = args.outdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    machine = probe_machine(args.python)
+    mode = "gpu" if machine["cuda"] else "cpu smoke (no CUDA: reduced model, tiny inputs)"
+    outcomes = []
+    for step in plan(machine["cuda"], logs):
+        left = args.budget - REPORT_SECONDS - (time.monotonic() - started)
+        outcome = run_step(step, args.python, logs, left)
+        print(f"gpu-check: {step.title}: {outcome.status} ({outcome.seconds:.0f} s)", flush=True)
+        outcomes.append(outcome)
+    spent = time.monotonic() - started
+    (args.outdir / "gpu-report.md").write_text(
+        render_report(machine, mode, outcomes, args.budget, spent))
+    (args.outdir / "gpu-report.json").write_text(
+        json.dumps(report_json(machine, mode, outcomes, spent), indent=2) + "\n")
+    print(f"gpu-check: report in {args.outdir / 'gpu-report.md'}")
+
+
+if __name__ == "__main__":
+    main()
