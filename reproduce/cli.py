@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import signal
 import sys
 import traceback
 
@@ -86,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C: Python unwinds, so the commands' temporary files go
+        sys.stderr.write(f"reproduce {args.command}: stopped by SIGINT; nothing partial is left "
+                         "under an output's name: run it again\n")
+        sys.exit(128 + signal.SIGINT)
     except Exception as error:
         message = expected_error_message(error)
         if message is None:
