@@ -59,3 +59,9 @@ class CheckpointError(ReproduceError, ValueError):
 class UnwritableOutputError(ReproduceError):
     """An output cannot be written (a full disk, a read-only folder); the path is named and no
     partial file is left under it."""
+
+    def __init__(self, path, reason: OSError | str):
+        if isinstance(reason, OSError):
+            reason = reason.strerror or str(reason)
+        super().__init__(f"{path}: cannot write ({reason}); check that its folder is writable "
+                         "and has room")

@@ -18,9 +18,14 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-def cannot_write(path: Path, error: OSError) -> UnwritableOutputError:
-    return UnwritableOutputError(f"{path}: cannot write ({error.strerror or error}); check that "
-                                 "its folder is writable and has room")
+def is_failed_write(error: BaseException) -> bool:
+    """An OSError that names no file, as a write on an open stream raises (``ENOSPC``,
+    ``EFBIG``): the caller knows which file it was writing. An OSError naming its file, or one of
+    the package's own errors (a missing input is a FileNotFoundError too), is not one."""
+    from reproduce.errors import ReproduceError
+
+    return (isinstance(error, OSError) and not isinstance(error, ReproduceError)
+            and error.filename is None)
 
 
 @contextmanager
@@ -38,9 +43,9 @@ def written_whole(path: Path, mode: str = "w", **open_options) -> Iterator[IO]:
         temporary.replace(path)
     except OSError as error:
         temporary.unlink(missing_ok=True)
-        if error.filename is not None and error.filename != str(temporary):
+        if not (is_failed_write(error) or error.filename == str(temporary)):
             raise
-        raise cannot_write(path, error) from None
+        raise UnwritableOutputError(path, error) from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -73,6 +73,17 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def pieces_digest(path: Path) -> str:
+    """A sentencepiece model's pieces and scores: its bytes also record the paths it was trained
+    from and written to."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    pieces = [(processor.id_to_piece(i), processor.get_score(i))
+              for i in range(processor.vocab_size())]
+    return hashlib.sha256(repr(pieces).encode()).hexdigest()
+
+
 def model_digest(path: Path) -> str:
     """A checkpoint's tensors: training records its wall-clock times beside them."""
     model = load_checkpoint(path)["model"]
@@ -106,7 +117,8 @@ STAGES: dict[str, Stage] = {
     "train-bpe": Stage("train-bpe", lambda e, i, o: [
         "--experiment", e, "--source", i / D / "data/train.src", "--target",
         i / D / "data/train.tgt", "--model-prefix", o / D / "bpe/spm"],
-        (f"{D}/bpe/spm.model", f"{D}/bpe/spm.vocab")),
+        (f"{D}/bpe/spm.model", f"{D}/bpe/spm.vocab"),
+        lambda path: pieces_digest(path) if path.suffix == ".model" else file_digest(path)),
     "encode": Stage("encode", lambda e, i, o: [
         "--spm-model", i / D / "bpe/spm.model", "--source", i / D / "data/train.src",
         "--target", i / D / "data/train.tgt", "--out-dir", o / D / "encoded/train"],

@@ -16,8 +16,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from reproduce.errors import DataError, MissingInputError
-from reproduce.output_files import cannot_write, written_whole
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write, written_whole
 
 # What the standard library raises on a cut-short or corrupted archive or compressed stream.
 _DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)
@@ -62,9 +62,9 @@ def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
         except _DAMAGE:
             raise
         except OSError as error:  # a write: a full disk
-            if error.filename is not None:
+            if not is_failed_write(error):
                 raise
-            raise cannot_write(destination, error) from None
+            raise UnwritableOutputError(destination, error) from None
 
 
 def matching_members(archive: Path, pattern: str) -> list[str]:

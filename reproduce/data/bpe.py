@@ -85,9 +85,8 @@ def _check_written(temporary: Path, model_prefix: Path) -> int:
     if not complete:
         model.unlink(missing_ok=True)
         vocabulary.unlink(missing_ok=True)
-        raise UnwritableOutputError(
-            f"{model_prefix}.model: cannot write (sentencepiece wrote an incomplete model, as a "
-            "full disk leaves it); check that its folder is writable and has room")
+        raise UnwritableOutputError(f"{model_prefix}.model", "sentencepiece wrote an incomplete "
+                                    "model, as a full disk leaves it")
     return size
 
 

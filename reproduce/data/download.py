@@ -42,8 +42,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from reproduce.config import DownloadLimits, Source
-from reproduce.errors import ReproduceError
-from reproduce.output_files import cannot_write
+from reproduce.errors import ReproduceError, UnwritableOutputError
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +147,7 @@ def _copy(origin: Path, partial: Path, target: Path) -> None:
         if error.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             raise
         _discard(partial)
-        raise cannot_write(target, error) from None
+        raise UnwritableOutputError(target, error) from None
 
 
 def _local_path(url: str) -> Path:

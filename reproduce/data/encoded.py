@@ -18,8 +18,8 @@ from typing import Iterator
 import numpy as np
 
 from reproduce.data.text import read_json
-from reproduce.errors import DataError, MissingInputError
-from reproduce.output_files import cannot_write
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write
 
 SIDES = ("source", "target")
 
@@ -55,9 +55,9 @@ class EncodedCorpusWriter:
         try:
             yield
         except OSError as error:
-            if error.filename is not None:
+            if not is_failed_write(error):
                 raise
-            raise cannot_write(self.out_dir, error) from None
+            raise UnwritableOutputError(self.out_dir, error) from None
 
     def _write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
         for side, sentences in zip(SIDES, (sources, targets), strict=True):

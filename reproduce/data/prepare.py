@@ -32,8 +32,8 @@ from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.text import iter_lines
 from reproduce.data.treebank import read_source_trees
-from reproduce.errors import DataError, MissingInputError
-from reproduce.output_files import cannot_write, write_text_whole
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write, write_text_whole
 from reproduce.parsing.linearize import linearize
 from reproduce.parsing.trees import leaves
 
@@ -90,9 +90,9 @@ def prepare_split(
         for side in ("src", "tgt"):
             temporary[side].replace(outputs[side])
     except OSError as error:  # a write on src_out or tgt_out (a full disk) names no file
-        if error.filename is not None:
+        if not is_failed_write(error):
             raise
-        raise cannot_write(out_dir / f"{split}.src|tgt", error) from None
+        raise UnwritableOutputError(out_dir / f"{split}.src|tgt", error) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         for path in temporary.values():
