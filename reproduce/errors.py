@@ -18,6 +18,7 @@ them where a caller (or a test) tells cases apart::
     │   └── MissingMemberError (reproduce.data.archives)
     ├── CheckpointError      a checkpoint unreadable, refused, or not fitting the run (ValueError)
     │   └── SettingsMismatchError, NotATransformerError
+    ├── UnwritableOutputError  an output that cannot be written: a full disk, a read-only folder
     ├── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError
 
 The kinds that also derive from ``ValueError`` (or ``FileNotFoundError``) do so because callers
@@ -53,3 +54,14 @@ class MissingInputError(ReproduceError, FileNotFoundError):
 class CheckpointError(ReproduceError, ValueError):
     """A checkpoint is unreadable, unverified, refused, cannot be written, or does not fit the
     model, run or data it is used with; one line, path named."""
+
+
+class UnwritableOutputError(ReproduceError):
+    """An output cannot be written (a full disk, a read-only folder); the path is named and no
+    partial file is left under it."""
+
+    def __init__(self, path, reason: OSError | str):
+        if isinstance(reason, OSError):
+            reason = reason.strerror or str(reason)
+        super().__init__(f"{path}: cannot write ({reason}); check that its folder is writable "
+                         "and has room")

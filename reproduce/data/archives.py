@@ -16,7 +16,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from reproduce.errors import DataError, MissingInputError
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write, written_whole
 
 # What the standard library raises on a cut-short or corrupted archive or compressed stream.
 _DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)
@@ -55,8 +56,15 @@ def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
             stream = gzip.GzipFile(fileobj=stream)
         elif member is None and archive.name.endswith(".gz") and not tarfile.is_tarfile(archive):
             stream = gzip.GzipFile(fileobj=stream)
-        with destination.open("wb") as out:
-            shutil.copyfileobj(stream, out, length=1 << 20)
+        try:
+            with destination.open("wb") as out:
+                shutil.copyfileobj(stream, out, length=1 << 20)
+        except _DAMAGE:
+            raise
+        except OSError as error:  # a write: a full disk
+            if not is_failed_write(error):
+                raise
+            raise UnwritableOutputError(destination, error) from None
 
 
 def matching_members(archive: Path, pattern: str) -> list[str]:
@@ -142,8 +150,7 @@ def write_reproducible_tgz(path: Path, members: dict[str, str]) -> Path:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             archive.addfile(info, io.BytesIO(data))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.open("wb") as raw,
+    with (written_whole(path, "wb") as raw,
           gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed):
         packed.write(buffer.getvalue())
     return path

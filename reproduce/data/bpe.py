@@ -14,7 +14,7 @@ import sentencepiece
 from reproduce.config import BpeConfig
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.data.text import iter_lines
-from reproduce.errors import ConfigError, DataError
+from reproduce.errors import ConfigError, DataError, UnwritableOutputError
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
             raise DataError(f"{path}: empty; the vocabulary is trained on the prepared train split")
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
+    Path(str(temporary) + ".model").touch()  # an unwritable folder, named, before training
     sentencepiece.set_random_generator_seed(config.seed)
     try:
         _train(train_src, train_tgt, config, temporary)
@@ -63,12 +64,30 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
             f"{config.vocab_size} and bpe.character_coverage={config.character_coverage}: "
             f"{_sentencepiece_reason(error)}"
         ) from None
+    size = _check_written(temporary, model_prefix)
     for suffix in (".model", ".vocab"):
         Path(str(temporary) + suffix).replace(Path(str(model_prefix) + suffix))
     model = Path(str(model_prefix) + ".model")
-    size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
     log.info("sentencepiece model %s: %d pieces (asked for %d)", model, size, config.vocab_size)
     return model
+
+
+def _check_written(temporary: Path, model_prefix: Path) -> int:
+    """The size of the vocabulary sentencepiece wrote under ``temporary``, once its model loads and
+    its vocabulary lists every piece: sentencepiece reports no failed write (a full disk), and a
+    truncated model must never be renamed into place."""
+    model, vocabulary = (Path(str(temporary) + suffix) for suffix in (".model", ".vocab"))
+    try:
+        size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
+        complete = vocabulary.read_bytes().count(b"\n") == size
+    except (RuntimeError, OSError):
+        complete = False
+    if not complete:
+        model.unlink(missing_ok=True)
+        vocabulary.unlink(missing_ok=True)
+        raise UnwritableOutputError(f"{model_prefix}.model", "sentencepiece wrote an incomplete "
+                                    "model, as a full disk leaves it")
+    return size
 
 
 def _train(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> None:

@@ -26,6 +26,7 @@ through the same copy-and-verify path, so the tiny corpus exercises the code WMT
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import http.client
 import logging
@@ -41,7 +42,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from reproduce.config import DownloadLimits, Source
-from reproduce.errors import ReproduceError
+from reproduce.errors import ReproduceError, UnwritableOutputError
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,9 @@ def download_source(
     length_known = True
     if mirrored is not None and mirrored.exists():
         log.info("%s: copying from mirror %s", target, mirrored)
-        shutil.copyfile(mirrored, partial)
+        _copy(mirrored, partial, target)
     elif source.url.startswith("file:"):
-        shutil.copyfile(_local_path(source.url), partial)
+        _copy(_local_path(source.url), partial, target)
     else:
         length_known = _fetch_with_retries(source.url, partial, attempts, backoff_seconds,
                                            _Pace(limits))
@@ -135,6 +136,18 @@ def download_source(
     partial.replace(target)
     _validator_path(partial).unlink(missing_ok=True)
     return target
+
+
+def _copy(origin: Path, partial: Path, target: Path) -> None:
+    """Copy into ``partial``; a full disk names ``target`` (shutil's error names the file copied
+    from)."""
+    try:
+        shutil.copyfile(origin, partial)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise
+        _discard(partial)
+        raise UnwritableOutputError(target, error) from None
 
 
 def _local_path(url: str) -> Path:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from reproduce.data.text import read_json
-from reproduce.errors import MissingInputError
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write
 
 SIDES = ("source", "target")
 
@@ -39,6 +42,24 @@ class EncodedCorpusWriter:
         self.lengths: dict[str, list[np.ndarray]] = {side: [] for side in SIDES}
 
     def write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
+        with self._writing():
+            self._write(sources, targets)
+
+    def close(self) -> None:
+        with self._writing():
+            self._close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (a full disk) names the folder; nothing is renamed into place."""
+        try:
+            yield
+        except OSError as error:
+            if not is_failed_write(error):
+                raise
+            raise UnwritableOutputError(self.out_dir, error) from None
+
+    def _write(self, sources: list[list[int]], targets: list[list[int]]) -> None:
         for side, sentences in zip(SIDES, (sources, targets), strict=True):
             lengths = np.fromiter((len(ids) for ids in sentences), dtype=np.int64,
                                   count=len(sentences))
@@ -47,7 +68,7 @@ class EncodedCorpusWriter:
             self.streams[side].write(flat.tobytes())
             self.lengths[side].append(lengths)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         for side in SIDES:
             self.streams[side].close()
             lengths = (np.concatenate(self.lengths[side]) if self.lengths[side]
@@ -60,6 +81,35 @@ class EncodedCorpusWriter:
         self.temporary.replace(self.out_dir)
 
 
+class DamagedEncodingError(DataError):
+    """An encoded split's files do not fit together: one was cut short or comes from another
+    encoding."""
+
+
+def _read_offsets(path: Path, sentences: int | None) -> np.ndarray:
+    again = "encode the split again"
+    try:
+        offsets = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as error:
+        raise DamagedEncodingError(f"{path}: not a complete offsets array ({error}); {again}"
+                                   ) from None
+    if (offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0
+            or np.any(np.diff(offsets) < 0)
+            or (sentences is not None and len(offsets) != sentences + 1)):
+        raise DamagedEncodingError(f"{path}: not the {sentences} + 1 rising offsets that "
+                                   f"meta.json's sentences count asks for; {again}")
+    return offsets
+
+
+def _check_tokens(path: Path, size: int, dtype: np.dtype) -> None:
+    expected = size * dtype.itemsize
+    if path.stat().st_size != expected:
+        raise DamagedEncodingError(
+            f"{path}: {path.stat().st_size} bytes, but its offsets end at {size} tokens of "
+            f"{dtype.name}, {expected} bytes: cut short, or from another encoding; encode the "
+            "split again")
+
+
 class EncodedCorpus:
     """Read access to an encoded split: ``corpus.source(i)``, ``corpus.target_lengths``..."""
 
@@ -70,8 +120,10 @@ class EncodedCorpus:
         self._tokens = {}
         self._offsets = {}
         for side in SIDES:
-            self._offsets[side] = np.load(directory / f"{side}_offsets.npy")
+            self._offsets[side] = _read_offsets(directory / f"{side}_offsets.npy",
+                                                self.meta.get("sentences"))
             size = int(self._offsets[side][-1])
+            _check_tokens(directory / f"{side}.bin", size, dtype)
             self._tokens[side] = (
                 np.memmap(directory / f"{side}.bin", dtype=dtype, mode="r", shape=(size,))
                 if size else np.zeros(0, dtype)

@@ -32,7 +32,8 @@ from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.text import iter_lines
 from reproduce.data.treebank import read_source_trees
-from reproduce.errors import DataError, MissingInputError
+from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
+from reproduce.output_files import is_failed_write, write_text_whole
 from reproduce.parsing.linearize import linearize
 from reproduce.parsing.trees import leaves
 
@@ -88,12 +89,16 @@ def prepare_split(
         _check_enough_pairs(report, min_pairs)
         for side in ("src", "tgt"):
             temporary[side].replace(outputs[side])
+    except OSError as error:  # a write on src_out or tgt_out (a full disk) names no file
+        if not is_failed_write(error):
+            raise
+        raise UnwritableOutputError(out_dir / f"{split}.src|tgt", error) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         for path in temporary.values():
             path.unlink(missing_ok=True)
     report_path = out_dir / f"{split}.report.json"
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    write_text_whole(report_path, json.dumps(report, indent=2) + "\n")
     return report
 
 

@@ -30,6 +30,7 @@ from reproduce.data.archives import extract_member
 from reproduce.data.download import file_name
 from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError
+from reproduce.output_files import write_text_whole
 from reproduce.parsing.trees import format_tree
 
 _SEGMENT_LINE = re.compile(r"<seg.*?>(.*)</seg>.*?")
@@ -79,8 +80,5 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
             f"{members}: read {reading}, it gives {len(references)} references, but preparation "
             f"read {expected_lines} sentences; expected one reference per source sentence"
         )
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out_path.with_name(out_path.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in references), encoding="utf-8")
-    temporary.replace(out_path)
+    write_text_whole(out_path, "".join(line + "\n" for line in references))
     return len(references)

@@ -80,7 +80,6 @@ def _undecodable(label: str, line: int, bad: bytes) -> UndecodableTextError:
 def write_json(path: Path, payload: dict) -> None:
     """Write ``payload`` to ``path`` (folders made), through a temporary file renamed over it, so
     that a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    temporary.replace(path)
+    from reproduce.output_files import write_text_whole
+
+    write_text_whole(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")

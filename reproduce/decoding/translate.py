@@ -25,6 +25,7 @@ from reproduce.data.text import read_lines
 from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import CheckpointError, DataError
 from reproduce.model.architectures import Seq2Seq, build_model
+from reproduce.output_files import write_text_whole
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint
 
@@ -156,11 +157,7 @@ def translate_file(
     model = load_model(checkpoint, device, expected_settings, vocabulary)
     translations = translate_sentences(model, processor, sentences, decoding, device, str(source))
     _check_one_line_each(translations, len(sentences), source)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(out.name + ".tmp")
-    with temporary.open("w", encoding="utf-8", newline="\n") as stream:
-        stream.writelines(line + "\n" for line in translations)
-    temporary.replace(out)
+    write_text_whole(out, "".join(line + "\n" for line in translations))
 
 
 def _check_positions(encoded: list[list[int]], limit: int | None, source_name: str) -> None:

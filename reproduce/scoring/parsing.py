@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from reproduce.data.text import read_lines, read_text
+from reproduce.output_files import write_text_whole
 from reproduce.parsing.evalb import BracketScoreError, bracket_scores
 from reproduce.parsing.linearize import delinearize
 from reproduce.parsing.trees import format_tree, read_trees
@@ -54,7 +55,4 @@ def score_parses(hypotheses: Path, sources: Path, references: Path,
 
 
 def _write_trees(path: Path, trees: list) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(format_tree(tree) + "\n" for tree in trees), encoding="utf-8")
-    temporary.replace(path)
+    write_text_whole(path, "".join(format_tree(tree) + "\n" for tree in trees))

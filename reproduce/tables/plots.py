@@ -14,15 +14,18 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 
+from reproduce.output_files import written_whole  # noqa: E402
 from reproduce.tables.results import VariantResults  # noqa: E402
 
 
 def save_figure(figure: Figure, path: Path) -> None:
-    """Write ``figure`` as a PNG atomically (a reader never sees half a file) and close it."""
-    temporary = path.with_name(path.name + ".tmp")
-    figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    temporary.replace(path)
+    """Write ``figure`` as a PNG whole or not at all (a reader never sees half a file) and close
+    it."""
+    try:
+        with written_whole(path, "wb") as stream:
+            figure.savefig(stream, format="png", dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(figure)
 
 
 def _say_no_results_yet(axes: Axes) -> None:

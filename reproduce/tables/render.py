@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
+from reproduce.output_files import write_text_whole
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure, save_figure
 from reproduce.tables.results import read_variant
 from reproduce.tables.table2 import build_table2, table2_caption
@@ -69,18 +70,12 @@ def html_table(frame: pd.DataFrame, title: str, measured: str, notes: list[str])
             f"<p>{escape(measured)}</p>\n{table}\n<p>Notes:</p><ul>{notes_html}</ul>\n</body></html>\n")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
-
-
 def _write_table(out_dir: Path, stem: str, frame: pd.DataFrame,
                  caption: tuple[str, str, list[str]]) -> list[Path]:
     title, measured, notes = caption
-    _write_atomically(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
-    _write_atomically(out_dir / f"{stem}.html", html_table(frame, title, measured, notes))
-    _write_atomically(out_dir / f"{stem}.csv", frame.to_csv(index=False))
+    write_text_whole(out_dir / f"{stem}.md", markdown_table(frame, title, measured, notes))
+    write_text_whole(out_dir / f"{stem}.html", html_table(frame, title, measured, notes))
+    write_text_whole(out_dir / f"{stem}.csv", frame.to_csv(index=False))
     return [out_dir / f"{stem}.{suffix}" for suffix in ("md", "html", "csv")]
 
 

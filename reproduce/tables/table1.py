@@ -29,6 +29,7 @@ from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from reproduce.model.attention import SelfAttention
+from reproduce.output_files import write_text_whole
 from reproduce.tables.plots import save_figure, table1_figure
 
 ANALYTIC = pd.DataFrame(
@@ -150,8 +151,8 @@ def render_table1(out_dir: Path, lengths: list[int] = LENGTHS, d: int = 512, ker
     measured = measure_table1(lengths, d, kernel, radius, threads, min_run_time)
     machine = machine_description(threads)
     paths = [out_dir / "table1.md", out_dir / "table1.csv", out_dir / "table1.png"]
-    paths[0].write_text(markdown_table1(measured, machine, kernel, radius), encoding="utf-8")
-    measured.to_csv(paths[1], index=False)
+    write_text_whole(paths[0], markdown_table1(measured, machine, kernel, radius))
+    write_text_whole(paths[1], measured.to_csv(index=False))
     save_figure(table1_figure(measured, machine), paths[2])
     return paths
 
