@@ -1,12 +1,13 @@
 """Result files written whole or not at all: the bytes go to ``<name>.tmp``, which is renamed over
-the final name only once complete, so that a kill at any moment leaves the old file or the new
-one, never half of one, under the final name (what the Snakemake rules and every later stage
-read). A write that fails (a full disk, a read-only folder) removes the ``.tmp`` and is one line
-naming the final path.
+the final name only once complete and on disk (fsynced), so that a kill or a power loss at any
+moment leaves the old file or the new one, never half of one, under the final name (what the
+Snakemake rules and every later stage read). A write that fails (a full disk, a read-only
+folder) removes the ``.tmp`` and is one line naming the final path.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
@@ -40,6 +41,8 @@ def written_whole(path: Path, mode: str = "w", **open_options) -> Iterator[IO]:
         path.parent.mkdir(parents=True, exist_ok=True)
         with temporary.open(mode, **open_options) as stream:
             yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
         temporary.replace(path)
     except OSError as error:
         temporary.unlink(missing_ok=True)

@@ -39,6 +39,7 @@ import torch
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ConfigError, ReproduceError
+from reproduce.output_files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import STOP_SIGNALS, Interruption
@@ -154,10 +155,8 @@ def _refusal_path(folder: Path, job_id: str, rank: int) -> Path:
 
 def _record_refusal(folder: Path, error: ReproduceError) -> None:
     environment = submitit.JobEnvironment()
-    path = _refusal_path(folder, environment.job_id, environment.global_rank)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"error": type(error).__name__, "message": str(error)}))
-    temporary.replace(path)
+    write_text_whole(_refusal_path(folder, environment.job_id, environment.global_rank),
+                     json.dumps({"error": type(error).__name__, "message": str(error)}))
 
 
 def _recorded_refusal(job: submitit.Job, folder: Path) -> TrainingJobRefused | None:

@@ -52,6 +52,7 @@ from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.flops import model_flops, peak_flops
+from reproduce.output_files import write_text_whole
 from reproduce.records import dev_curve, read_records, write_records
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
@@ -487,9 +488,7 @@ class Trainer:
             # (metrics.jsonl is the live log, which a resumed training rewrites).
             "dev_curve": dev_curve(read_records(self.metrics_path)),
         }
-        temporary = self.train_dir / "summary.json.tmp"
-        temporary.write_text(json.dumps(summary, indent=2) + "\n")
-        temporary.replace(self.train_dir / "summary.json")
+        write_text_whole(self.train_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
 
