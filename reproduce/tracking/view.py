@@ -8,21 +8,22 @@ experiment page's URL parameter ``viewStateShareKey=<key>`` opens it (the UI's b
 tag, parses its value as JSON, and takes ``selectedColumns`` and the other UI-state fields from it,
 the search facets too unless the URL has its own). Each variant experiment carries the view
 :data:`KEY_RESULTS_VIEW`, whose columns are :data:`KEY_RESULTS`, and :func:`addresses` gives the
-URL that opens it, with ``workflowType=machine_learning``: MLflow 3.17 picks its GenAI or Model
-training pages from that switch (remembered by the browser, GenAI at first), not from the
+URL that opens it: the experiment's ``/runs`` page itself (``#/experiments/<id>`` redirects there
+and drops the parameter), with ``workflowType=machine_learning``: MLflow 3.17 picks its GenAI or
+Model training pages from that switch (remembered by the browser, GenAI at first), not from the
 experiment's ``mlflow.experimentKind`` tag.
 
-The summary of a training is logged as ``summary/<name>`` at step 0
-(:func:`summary_metric`). In MLflow 3.17 the charts of both the run page (*Model metrics*) and
-the experiment page come from ``RunsChartsCardConfig.getBaseChartAndSectionConfigs``: a metric
-gets a line chart when some run's latest value of it was logged at a step >= 1, a bar chart
-otherwise (one bar per run); and it falls in the chart section named by the part of its name
-before the last ``/`` (*Model metrics* when there is none, *System metrics* for ``system/``),
-the named sections shown first. Logged at the training's last step, as before, the summary made
-twenty one-point line charts among the curves; at step 0 and under ``summary/``, it is one
-section of bars, one per variant, beside *Model metrics* where the curves stay (train loss,
-learning rate, tokens/s, dev loss and perplexity per evaluation, logged at their steps). The
-scores are logged at step 0 too (bars), under their names of before
+The summary of a training is logged as ``summary/<name>`` at step 0 (:func:`summary_metric`). In
+MLflow 3.17 the charts of both the run page (*Model metrics*) and the experiment page come from
+``RunsChartsCardConfig.getBaseChartAndSectionConfigs``: a metric gets a line chart when some
+run's latest value of it was logged at a step >= 1 (``dataTraceMetricsContainMultipleEpochs``),
+a bar chart otherwise (one bar per run); and it falls in the chart section named by the part of
+its name before the last ``/`` (*Model metrics* when there is none, *System metrics* for
+``system/``), the named sections shown first. Logged at the training's last step, as before, the
+summary made sixteen one-point line charts among the curves; at step 0 and under ``summary/``, it
+is one section of bars, one per variant, beside *Model metrics* where the curves stay (train
+loss, learning rate, tokens/s, dev loss and perplexity per evaluation, logged at their steps).
+The scores are logged at step 0 too (bars), under their names of before
 (``<split>_<checkpoint>_<score>``), which the pipeline's tests and users' queries name. The run
 page's overview lists every metric's latest value either way.
 """
