@@ -21,7 +21,7 @@ from reproduce.tracking import (
 from reproduce.cli import main
 from reproduce.tracking.datasets import dataset_inputs, public_url
 from reproduce.tracking.store import artifact_root
-from reproduce.tracking.view import KEY_RESULTS, VIEW_STATE_TAG
+from reproduce.tracking.view import KEY_RESULTS, VIEW_STATE_TAG, ui_base
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, corpus_pair, random_corpus, small_variant
@@ -182,6 +182,14 @@ def test_mlflow_address_prints_each_experiments_page(tmp_path, monkeypatch, caps
     main(["mlflow-address", "--results", str(tmp_path), "--ui", "http://node7:5917/"])
     assert capsys.readouterr().out.startswith(
         f"tiny: http://node7:5917/#/experiments/{variants}/runs?")
+
+
+def test_the_ui_of_a_tracking_server_is_its_address_without_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"https://trainer:{SECRET}@node7:5917/mlflow/")
+    assert ui_base(tmp_path) == "https://node7:5917/mlflow"
+    assert ui_base(tmp_path, "http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert ui_base(tmp_path) == "http://127.0.0.1:5000"  # mlflow ui's
 
 
 LOG_AN_ARTIFACT = """
