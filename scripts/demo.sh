@@ -10,4 +10,6 @@ start=$(date +%s)
 echo "Pipeline finished in $(( $(date +%s) - start )) s. Tables:"
 cat results/tiny/tables/table2.md results/tiny/tables/table3.md results/tiny_parsing/tables/table4.md
 echo
-echo "Browse the runs: .venv/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db, then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
+echo "Browse the runs: .venv/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db, then open"
+echo "(each dataset's variants with their key results, and its tables):"
+.venv/bin/reproduce mlflow-address --results results

@@ -20,13 +20,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_mlflow_server(folder: Path, bind: str = "127.0.0.1"):
-    """Yield the server's URL on 127.0.0.1; ``bind`` is the address it listens on."""
+def running_mlflow_server(folder: Path, bind: str = "127.0.0.1", store: str | None = None):
+    """Yield the server's URL on 127.0.0.1; ``bind`` is the address it listens on, ``store``
+    the backend store URI (default: a new SQLite file in ``folder``), as ``mlflow ui
+    --backend-store-uri`` serves an embedded store."""
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     process = subprocess.Popen(
         [str(mlflow), "server", "--host", bind, "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+         "--backend-store-uri", store or f"sqlite:///{folder / 'server.db'}",
          "--artifacts-destination", str(folder / "artifacts")],
         stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "w"),
     )

@@ -77,7 +77,8 @@ def test_a_password_in_the_tracking_uri_reaches_no_file(tmp_path):
                     "--out-dir", str(results / "tiny/tables")], logs / "final_tables.log",
                    environment)
         client = MlflowClient(uri)
-        runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+        runs = client.search_runs([client.get_experiment_by_name(name).experiment_id
+                                   for name in ("tiny", "tiny tables")])
     assert sorted(run.data.tags["kind"] for run in runs) == ["tables", "variant"]
     assert all(run.info.status == "FINISHED" for run in runs)
     assert (results / "tiny/tables").is_dir() and (logs / "train_base.log").stat().st_size

@@ -18,8 +18,10 @@ from reproduce.tracking import (
     TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store, run_description,
     start_training_run, start_variant_run, tables_run, tracking_uri,
 )
+from reproduce.cli import main
 from reproduce.tracking.datasets import dataset_inputs, public_url
 from reproduce.tracking.store import artifact_root
+from reproduce.tracking.view import KEY_RESULTS, VIEW_STATE_TAG, ui_base
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, corpus_pair, random_corpus, small_variant
@@ -95,6 +97,99 @@ def test_artifacts_of_the_embedded_store_stay_beside_it(tmp_path, monkeypatch):
     assert not (tmp_path / "mlruns").exists()
     tags = MlflowClient(tracking_uri(results)).get_run(run.run_id).data.tags
     assert tags["kind"] == "tables" and "variant" not in tags
+
+
+def test_the_tables_run_is_kept_apart_from_the_variants(tmp_path, monkeypatch, caplog):
+    """The tables have an experiment of their own (``<dataset> tables``): the variants' runs
+    table lists the variants alone. A tables run that an earlier version kept among the variants
+    is deleted (softly: MLflow restores it) once the tables are logged apart."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base").finish()
+    client = MlflowClient(tracking_uri(tmp_path))
+    variants = client.get_experiment_by_name("tiny").experiment_id
+    earlier = client.create_run(variants, run_name="tables", tags={"kind": "tables"}).info.run_id
+    with caplog.at_level(logging.WARNING), tables_run(tmp_path, "tiny") as run:
+        pass
+    assert client.get_run(earlier).info.lifecycle_stage == "deleted"
+    assert [record.getMessage() for record in caplog.records
+            if record.levelno >= logging.WARNING] == [
+        f"MLflow: the tables run {earlier} of experiment tiny deleted (restorable); the tables"
+        " are logged to the experiment 'tiny tables'"]
+    tables = client.get_experiment_by_name("tiny tables")
+    assert client.get_run(run.run_id).info.experiment_id == tables.experiment_id
+    assert tables.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [found.data.tags["variant"] for found in client.search_runs([variants])] == ["base"]
+    with tables_run(tmp_path, "tiny") as again:
+        assert again.run_id == run.run_id  # reused
+
+
+def test_a_dataset_experiment_opens_on_its_key_results(tmp_path, monkeypatch):
+    """The shared view that MLflow's UI opens by ``viewStateShareKey``: the key results as the
+    runs table's columns; set again on an experiment made by an earlier version."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    client = MlflowClient(tracking_uri(tmp_path))
+    experiment = client.get_experiment_by_name("tiny")
+    view = json.loads(experiment.tags[VIEW_STATE_TAG])
+    assert view["selectedColumns"] == view["columnOrder"] == KEY_RESULTS
+    assert KEY_RESULTS[:2] == ["metrics.`test_averaged_tokenized_bleu`",
+                               "metrics.`test_averaged_sacrebleu`"]
+    assert {"params.`parameters`", "metrics.`summary/gpu_hours`", "metrics.`test_averaged_f1`",
+            "metrics.`dev_last_perplexity`"} <= set(KEY_RESULTS)
+    client.delete_experiment_tag(experiment.experiment_id, VIEW_STATE_TAG)
+    start_variant_run(tmp_path, "tiny", "A_h1", "A", tmp_path / "A_h1")
+    assert VIEW_STATE_TAG in client.get_experiment_by_name("tiny").tags
+    with tables_run(tmp_path, "tiny"):
+        pass
+    assert VIEW_STATE_TAG not in client.get_experiment_by_name("tiny tables").tags
+
+
+def test_scores_are_one_value_each_under_their_split_and_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    run.log_scores("test", "averaged", {"sacrebleu": 26.5, "perplexity": 4.9})
+    history = MlflowClient(tracking_uri(tmp_path)).get_metric_history(
+        run.run_id, "test_averaged_sacrebleu")
+    assert [(m.step, m.value) for m in history] == [(0, 26.5)]
+
+
+def test_mlflow_address_prints_each_experiments_page(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(SystemExit) as exit_status:
+        main(["mlflow-address", "--results", str(tmp_path)])
+    assert exit_status.value.code == (f"reproduce mlflow-address: error: {tmp_path}/mlflow.db: "
+                                      "no MLflow store there yet; run the pipeline first")
+    prepare_store(tmp_path)
+    with pytest.raises(SystemExit) as exit_status:
+        main(["mlflow-address", "--results", str(tmp_path)])
+    assert exit_status.value.code == (
+        f"reproduce mlflow-address: error: MLflow store sqlite:///{tmp_path}/mlflow.db: no"
+        " experiment of this project in it yet; run the pipeline first")
+    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    artifact = tmp_path / "table3.html"
+    artifact.write_text("<table></table>")
+    with tables_run(tmp_path, "tiny") as tables:
+        tables.log_artifact(artifact, "tables")
+    client = MlflowClient(tracking_uri(tmp_path))
+    variants = client.get_experiment_by_name("tiny").experiment_id
+    apart = client.get_experiment_by_name("tiny tables").experiment_id
+    main(["mlflow-address", "--results", str(tmp_path)])
+    assert capsys.readouterr().out == (
+        f"tiny: http://127.0.0.1:5000/#/experiments/{variants}/runs"
+        "?viewStateShareKey=key-results&workflowType=machine_learning\n"
+        f"tiny tables: http://127.0.0.1:5000/#/experiments/{apart}/runs/{tables.run_id}"
+        "/artifacts/tables/table3.html?workflowType=machine_learning\n")
+    main(["mlflow-address", "--results", str(tmp_path), "--ui", "http://node7:5917/"])
+    assert capsys.readouterr().out.startswith(
+        f"tiny: http://node7:5917/#/experiments/{variants}/runs?")
+
+
+def test_the_ui_of_a_tracking_server_is_its_address_without_credentials(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"https://trainer:{SECRET}@node7:5917/mlflow/")
+    assert ui_base(tmp_path) == "https://node7:5917/mlflow"
+    assert ui_base(tmp_path, "http://127.0.0.1:8080/") == "http://127.0.0.1:8080"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert ui_base(tmp_path) == "http://127.0.0.1:5000"  # mlflow ui's
 
 
 LOG_AN_ARTIFACT = """
@@ -179,9 +274,16 @@ def test_a_training_run_is_finished_with_its_curves_and_no_value_twice(trained):
     assert run.data.params["parameters"] == str(summary["parameters"])
     assert run.data.params["world_size"] == "1" and run.data.params["training.steps"] == "6"
     assert run.data.params["precision"] == summary["precision"] == "fp32"  # what ran, on a CPU
-    assert run.data.metrics["final_dev_loss"] == pytest.approx(summary["final_dev_loss"])
     recorded = [json.loads(line)
                 for line in (folder / "train/metrics.jsonl").read_text().splitlines()]
+    # The summary: one value each at step 0 (a bar in MLflow's charts, not a one-point curve),
+    # in the section summary/, apart from the curves, which keep their steps.
+    final_dev_loss = client.get_metric_history(run.info.run_id, "summary/final_dev_loss")
+    assert [(m.step, m.value) for m in final_dev_loss] == [
+        (0, pytest.approx(summary["final_dev_loss"]))]
+    curves = {key for entry in recorded for key in entry if key != "step"}
+    assert {key for key in run.data.metrics if not key.startswith(("summary/", "system/"))} \
+        == curves
     history = client.get_metric_history(run.info.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(e["step"], e["train_loss"]) for e in recorded
                                                    if "train_loss" in e]

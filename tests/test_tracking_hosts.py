@@ -93,7 +93,8 @@ def test_a_variant_trains_through_the_server_script_reached_by_the_node_name(
         client = MlflowClient(uri)
         run = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])[0]
         assert run.info.status == "FINISHED"
-        assert run.data.metrics["final_dev_loss"] == pytest.approx(summary["final_dev_loss"])
+        final_dev_loss = run.data.metrics["summary/final_dev_loss"]
+        assert final_dev_loss == pytest.approx(summary["final_dev_loss"])
         lines = (tmp_path / "base/train/metrics.jsonl").read_text().splitlines()
         recorded = [json.loads(line) for line in lines]
         history = client.get_metric_history(run.info.run_id, "train_loss")

@@ -41,6 +41,23 @@ def cmd_tables(args: argparse.Namespace) -> None:
         print(path)
 
 
+def _mlflow_address(commands: argparse._SubParsersAction) -> None:
+    sub = add_command(commands, "mlflow-address", cmd_mlflow_address,
+                      "print the MLflow UI's address of each experiment: its variants' runs with "
+                      "the key results as columns, and its tables")
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
+    sub.add_argument("--ui", default=None,
+                     help="the UI's address (default: the tracking server's, else mlflow ui's "
+                          "http://127.0.0.1:5000)")
+
+
+def cmd_mlflow_address(args: argparse.Namespace) -> None:
+    from reproduce.tracking.view import addresses
+
+    for name, address in addresses(Path(args.results), args.ui).items():
+        print(f"{name}: {address}")
+
+
 def line_numbers(text: str) -> list[int]:
     """--sentences: lines of the source and target files, counted from 0 as Python does."""
     return integers(text, 0, "0-based line numbers")
@@ -125,5 +142,5 @@ def cmd_table1(args: argparse.Namespace) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the commands of the paper's tables and figures, in the order of the pipeline."""
-    for add in (_tables, _attention, _table1):
+    for add in (_tables, _mlflow_address, _attention, _table1):
         add(commands)

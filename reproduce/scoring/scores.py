@@ -61,9 +61,8 @@ def score_split(experiment: Experiment, variant: str, split: str, checkpoint_nam
 
     def log_scores() -> None:  # from this job's files only, once they are written
         run = variant_run_for(results, experiment.name, variant, "score")
-        prefix = f"{split}_{checkpoint_name}"
-        run.log_metrics({f"{prefix}_{name}": scores[name]
-                         for name in LOGGED_SCORES[experiment.task]}, step=0)
+        run.log_scores(split, checkpoint_name,
+                       {name: scores[name] for name in LOGGED_SCORES[experiment.task]})
         run.log_artifact(translations, "translations")
         if trees.exists():
             run.log_artifact(trees, "trees")

@@ -1,9 +1,12 @@
-"""MLflow runs: one experiment per dataset, one run per model variant, one ``tables`` run.
+"""MLflow runs: one experiment per dataset with one run per model variant, and beside it an
+experiment ``<dataset> tables`` with the one run that holds the rendered tables.
 
-Experiments are tagged as model training (``mlflow.experimentKind``), so MLflow 3's UI opens on
-the runs table rather than its GenAI pages. Runs carry MLflow's system tags (source, commit, user,
-run name) and a ``kind`` tag, ``variant`` or ``tables``, that tells them apart. A ``kind`` tag, not
-a parent run per pipeline invocation: Snakemake runs every stage in its own process (on Slurm, on
+Experiments are tagged as model training (``mlflow.experimentKind``); a dataset's experiment also
+carries the view of its key results (:mod:`reproduce.tracking.view`). The tables have an
+experiment of their own so that the runs table of the variants, and its charts and compare view,
+list the variants alone. Runs carry MLflow's system tags (source, commit, user, run name) and a
+``kind`` tag, ``variant`` or ``tables``. A ``kind`` tag, not a parent run per pipeline
+invocation: Snakemake runs every stage in its own process (on Slurm, on
 other nodes, and training again after each requeue), and a variant's run outlives the invocation
 that started it (its BLEU is logged by later ones), so there is no invocation-wide run to hang it
 under.
@@ -39,6 +42,9 @@ from reproduce.records import read_records
 from reproduce.tracking.store import (
     artifact_root, fail_fast_over_http, is_server, open_sqlite_store, prepare_store, redact,
     redact_credentials_in_logs, tracking_uri,
+)
+from reproduce.tracking.view import (
+    VIEW_STATE_TAG, key_results_view_state, score_metric, summary_metric,
 )
 
 if TYPE_CHECKING:
@@ -125,13 +131,20 @@ class VariantRun:
         self._call("setting tags", set_all)
 
     def log_summary(self, summary: dict[str, Any], artifacts: list[Path]) -> None:
-        """A finished training's summary: counts as params, results as metrics, files as
-        artifacts."""
+        """A finished training's summary: counts as params, results as ``summary/<name>``
+        metrics at step 0 (one value each, not a curve: :mod:`reproduce.tracking.view`), files
+        as artifacts."""
         self.log_params({key: summary[key] for key in SUMMARY_PARAMS if key in summary})
-        self.log_metrics({key: value for key, value in summary.items() if key not in _NOT_METRICS},
-                         step=summary["steps"])
+        self.log_metrics({summary_metric(key): value for key, value in summary.items()
+                          if key not in _NOT_METRICS}, step=0)
         for path in artifacts:
             self.log_artifact(path, "train")
+
+    def log_scores(self, split: str, checkpoint: str, scores: dict[str, float]) -> None:
+        """A split's scores of a checkpoint (``last``, ``averaged``), as
+        ``<split>_<checkpoint>_<name>`` metrics at step 0: one value each, not a curve."""
+        self.log_metrics({score_metric(split, checkpoint, name): value
+                          for name, value in scores.items()}, step=0)
 
     def replay_metrics(self) -> int:
         """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count."""
@@ -228,7 +241,21 @@ def _client(results_dir: Path) -> MlflowClient:
 
 
 def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str:
-    experiment = client.get_experiment_by_name(dataset)
+    """The dataset's experiment, its variants' runs shown by the key-results view."""
+    return _tagged_experiment(client, dataset, results_dir,
+                              EXPERIMENT_KIND | {VIEW_STATE_TAG: key_results_view_state()})
+
+
+def tables_experiment(dataset: str) -> str:
+    """The name of the experiment holding a dataset's tables run."""
+    return f"{dataset} tables"
+
+
+def _tagged_experiment(client: MlflowClient, name: str, results_dir: Path,
+                       tags: dict[str, str]) -> str:
+    """The experiment ``name``, created if new, with ``tags`` (set again where they differ: an
+    experiment made by an earlier version)."""
+    experiment = client.get_experiment_by_name(name)
     if experiment is None:
         # The embedded store keeps artifacts beside it (MLflow's default is ./mlruns in the
         # working directory); a tracking server decides for itself.
@@ -236,12 +263,12 @@ def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str
         if not is_server(tracking_uri(results_dir)):
             artifacts = artifact_root(results_dir)
         try:
-            client.create_experiment(dataset, artifact_location=artifacts, tags=EXPERIMENT_KIND)
+            client.create_experiment(name, artifact_location=artifacts, tags=tags)
         except mlflow.exceptions.MlflowException:  # created meanwhile by a parallel job
             pass
-        experiment = client.get_experiment_by_name(dataset)
-    for key, value in EXPERIMENT_KIND.items():
-        if experiment.tags.get(key) != value:  # an experiment made by an earlier version
+        experiment = client.get_experiment_by_name(name)
+    for key, value in tags.items():
+        if experiment.tags.get(key) != value:
             client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
 
@@ -339,9 +366,12 @@ def log_best_effort(results_dir: Path, what: str, action: Callable[[], None]) ->
 
 @contextmanager
 def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
-    """The run named 'tables' of the dataset's experiment (reused), holding the rendered tables."""
+    """The run named 'tables' (reused) of the experiment ``<dataset> tables``, holding the
+    rendered tables."""
     client = _client(results_dir)
-    experiment_id = _experiment_id(client, dataset, results_dir)
+    experiment_id = _tagged_experiment(client, tables_experiment(dataset), results_dir,
+                                       EXPERIMENT_KIND)
+    _delete_tables_runs_among_variants(client, dataset)
     existing = client.search_runs([experiment_id], filter_string="tags.kind = 'tables'")
     if existing:
         run_id = existing[0].info.run_id
@@ -358,6 +388,20 @@ def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
         tracked.finish("FAILED")
         raise
     tracked.finish()
+
+
+def _delete_tables_runs_among_variants(client: MlflowClient, dataset: str) -> None:
+    """Delete the tables runs that an earlier version kept in the dataset's experiment, among
+    the variants: the tables experiment holds them now. MLflow's deletion is soft (the UI lists
+    deleted runs, and restores them)."""
+    experiment = client.get_experiment_by_name(dataset)
+    if experiment is None:
+        return
+    for run in client.search_runs([experiment.experiment_id], "tags.kind = 'tables'"):
+        client.delete_run(run.info.run_id)
+        log.warning("MLflow: the tables run %s of experiment %s deleted (restorable); the tables"
+                    " are logged to the experiment '%s'", run.info.run_id, dataset,
+                    tables_experiment(dataset))
 
 
 def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:

@@ -151,7 +151,7 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
     read-only API call within ``timeout``: not ``/health``, which MLflow answers whatever the Host
     header, while it refuses every API call (403) from a host name it does not allow."""
     parts = urlsplit(uri)
-    host = _host_header(parts)
+    host = host_header(parts)
     path = parts.path.rstrip("/") + CHECK_PATH
     request = urllib.request.Request(urlunsplit((parts.scheme, host, path, CHECK_QUERY, "")))
     if parts.username:
@@ -171,7 +171,7 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
         ) from None
 
 
-def _host_header(parts: SplitResult) -> str:
+def host_header(parts: SplitResult) -> str:
     """The Host header a request to ``parts`` carries (``name:port``), without credentials."""
     name = parts.hostname or ""
     if ":" in name:  # an IPv6 address
