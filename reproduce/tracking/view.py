@@ -49,6 +49,7 @@ MAIN_TABLES = ("table3.html", "table4.html", "scores.html")
 # `mlflow ui`'s address unless told otherwise (its --host and --port defaults).
 DEFAULT_UI = "http://127.0.0.1:5000"
 
+
 def score_metric(split: str, checkpoint: str, name: str) -> str:
     """A score's metric name, ``<split>_<checkpoint>_<name>``: ``test_averaged_sacrebleu``."""
     return f"{split}_{checkpoint}_{name}"
