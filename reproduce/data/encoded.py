@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from reproduce.data.text import read_json
-from reproduce.errors import MissingInputError
+from reproduce.errors import DataError, MissingInputError
 
 SIDES = ("source", "target")
 
@@ -60,18 +60,38 @@ class EncodedCorpusWriter:
         self.temporary.replace(self.out_dir)
 
 
+def _read_meta(path: Path) -> dict:
+    """The record ``encode`` writes beside the tokens; another JSON value is refused by name
+    (rather than as a KeyError deep inside whichever command reads the split)."""
+    meta = read_json(path)
+    if (not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32")
+            or not isinstance(meta.get("vocab_size"), int)):
+        raise DataError(f"{path}: not the record of an encoded split (expected a JSON object with "
+                        "an integer vocab_size and dtype uint16 or int32, as `reproduce encode` "
+                        "writes); encode the split again")
+    return meta
+
+
+def _check_length(tokens: Path, expected: int) -> None:
+    held = tokens.stat().st_size
+    if held < expected:
+        raise DataError(f"{tokens}: {held} bytes, its offsets need {expected}: written in part; "
+                        "encode the split again")
+
+
 class EncodedCorpus:
     """Read access to an encoded split: ``corpus.source(i)``, ``corpus.target_lengths``..."""
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.meta = read_json(directory / "meta.json")
+        self.meta = _read_meta(directory / "meta.json")
         dtype = np.dtype(self.meta["dtype"])
         self._tokens = {}
         self._offsets = {}
         for side in SIDES:
             self._offsets[side] = np.load(directory / f"{side}_offsets.npy")
             size = int(self._offsets[side][-1])
+            _check_length(directory / f"{side}.bin", size * dtype.itemsize)
             self._tokens[side] = (
                 np.memmap(directory / f"{side}.bin", dtype=dtype, mode="r", shape=(size,))
                 if size else np.zeros(0, dtype)
