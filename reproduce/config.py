@@ -28,7 +28,10 @@ from reproduce.errors import ConfigError  # callers import it from here too
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys are refused, and so are NaN and infinite numbers: no bound compares them
+    usefully (an infinite learning rate or length penalty passes ``gt=0``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,9 +220,11 @@ class TrainingConfig(Strict):
     pad_to_multiple: int = Field(default=8, gt=0)
     warmup_steps: int = Field(default=4000, gt=0)
     lr_scale: float = Field(default=1.0, gt=0)
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
+    # Adam's decay rates lie in [0, 1) and its epsilon is positive (torch.optim.Adam would refuse
+    # the rates only once the model is built, in a traceback).
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
+    adam_beta2: float = Field(default=0.98, ge=0, lt=1)
+    adam_eps: float = Field(default=1e-9, gt=0)
     max_source_tokens: int = Field(default=256, gt=0)
     # torch.manual_seed takes at most an unsigned 64-bit integer; the batch order's
     # numpy generator (reproduce/training/batching.py) refuses negative seeds.

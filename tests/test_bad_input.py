@@ -9,12 +9,17 @@ for the right result in test_download.py, test_prepare.py and below (decode's li
 
 from __future__ import annotations
 
+import csv
+import gzip
 import hashlib
 import json
 import os
+import pickle
+import random
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from reproduce.data.download import file_name
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.model.transformer import Transformer
 from reproduce.training.checkpoints import save_checkpoint
+from reproduce.training.staleness import NOT_RECORDED
 from tests.corpus_archives import write_tgz, write_tgz_bytes
 from tests.training_fixtures import write_encoded
 from tests.local_http_server import serving
@@ -36,8 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-t0ken"
 
 
-def run_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+def run_cli(*args: str | Path, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = os.environ | {"PYTHONPATH": str(ROOT)} | (env or {})
     return subprocess.run([sys.executable, "-m", "reproduce", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -409,12 +415,291 @@ CASES = [
 ]
 
 
+
+# --------------------------------------------------------------------------------------------
+# More cases: every command's numeric options and paths, data files, the JSON files the commands
+# read, checkpoints, sentencepiece models, treebanks
+# --------------------------------------------------------------------------------------------
+def _file(world: World, name: str, content: bytes) -> Path:
+    path = world.root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return path
+
+
+def _json(world: World, name: str, payload: object) -> Path:
+    return _file(world, name, json.dumps(payload).encode())
+
+
+def _table1(*options: str) -> Callable[[World], list]:
+    return lambda w: ["--out-dir", w.root / "table1", "--lengths", "16", "--d-model", "16",
+                      *options]
+
+
+def _attention(world: World, *options) -> list:
+    return ["--checkpoint", world.checkpoint, "--spm-model", world.spm, "--source", world.text,
+            "--target", world.text, "--out-dir", world.root / "figures", *options]
+
+
+def _manifest(world: World, payload: object) -> list:
+    return ["--manifest", _json(world, "manifest/checkpoints.json", payload),
+            "--out", world.root / "averaged.pt"]
+
+
+def _summarize(world: World, dev: Path, test: Path | None = None) -> list:
+    scores = _json(world, "scores/test.json", {"bleu": 1.0})
+    return ["--dataset", "tiny", "--variant", "base", "--dev", dev, "--test", test or scores,
+            "--out", world.root / "scores/summary.json"]
+
+
+def _results_with(world: World, name: str, files: dict[str, bytes]) -> Path:
+    """A results folder whose base variant holds ``files`` (paths under results/tiny/base)."""
+    results = world.root / f"results-{name}"
+    for path, content in files.items():
+        _file(world, f"results-{name}/tiny/base/{path}", content)
+    return results
+
+
+def _tables(world: World, name: str, files: dict[str, bytes]) -> list:
+    return ["--experiment", world.experiment, "--results", _results_with(world, name, files),
+            "--out-dir", world.root / f"tables-{name}"]
+
+
+def _encoded_with_meta(world: World, name: str, meta: bytes | None) -> Path:
+    path = world.root / f"encoded-{name}"
+    write_encoded(path, 120, [([5, 6], [7, 8])])
+    if meta is None:
+        (path / "meta.json").unlink()
+    else:
+        (path / "meta.json").write_bytes(meta)
+    return path
+
+
+def _encoded_cut_short(world: World) -> Path:
+    path = _encoded_with_meta(world, "cut", (world.encoded / "meta.json").read_bytes())
+    (path / "source.bin").write_bytes(b"")
+    return path
+
+
+def _crafted_pickle(world: World) -> Path:
+    """A checkpoint-shaped zip whose pickle would run a command when unpickled unsafely."""
+    marker = world.root / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    path = world.root / "crafted.pt"
+    with zipfile.ZipFile(path, "w") as bundle:
+        bundle.writestr("crafted/data.pkl", pickle.dumps({"model": Exploit()}, protocol=2))
+        bundle.writestr("crafted/version", "3\n")
+    return path
+
+
+def _prepare_with(world: World, name: str, archive: bytes, **source) -> list:
+    """``prepare`` of a train split that is one downloaded file of bytes ``archive``."""
+    source = {"name": name, "url": f"file:{name}.tgz", "source_member": "a.src",
+              "target_member": "a.tgt"} | source
+    experiment = _experiment(world.root / f"{name}.yaml", {"train": [source]})
+    downloads = world.root / f"downloads-{name}"
+    _file(world, f"downloads-{name}/{file_name(Source(**source))}", archive)
+    return ["--experiment", experiment, "--split", "train", "--downloads", downloads,
+            "--out-dir", world.root / f"data-{name}"]
+
+
+def _random_text(lines: int, separator: str = " ") -> bytes:
+    """``lines`` lines of random words (hardly compressible, so that half an archive of them
+    holds half the text), each two words apart ``separator``."""
+    words = random.Random(lines).choices(["alpha", "beta", "gamma", "delta", "eps"], k=4 * lines)
+    return "".join(f"{a} {b}{separator}{c} {d}\n"
+                   for a, b, c, d in zip(*[iter(words)] * 4, strict=True)).encode()
+
+
+def _half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _gzip_of(text: bytes) -> bytes:
+    return gzip.compress(text, mtime=0)
+
+
+def _tgz_of(world: World, members: dict[str, bytes]) -> bytes:
+    return write_tgz_bytes(world.root / "scratch.tgz", members).read_bytes()
+
+
+MORE_CASES = [
+    # table1's options
+    ("table1-min-run-time-nan", "table1", _table1("--min-run-time", "nan"),
+     ["--min-run-time", "finite number of seconds", "nan"]),
+    ("table1-min-run-time-infinite", "table1", _table1("--min-run-time", "inf"),
+     ["--min-run-time", "inf"]),
+    ("table1-min-run-time-negative", "table1", _table1("--min-run-time", "-1"),
+     ["--min-run-time", "above 0, got -1"]),
+    ("table1-min-run-time-not-a-number", "table1", _table1("--min-run-time", "soon"),
+     ["--min-run-time", "'soon'"]),
+    ("table1-lengths-zero", "table1", _table1("--lengths", "16,0"), ["--lengths", "positive"]),
+    ("table1-d-model-not-multiple-of-8", "table1", lambda w: _table1()(w) + ["--d-model", "12"],
+     ["--d-model 12", "multiple of 8"]),
+    ("table1-kernel-even", "table1", _table1("--kernel", "4"), ["--kernel 4", "odd"]),
+    ("table1-radius-negative", "table1", _table1("--radius", "-2"), ["--radius", "got -2"]),
+    # attention's options and files
+    ("attention-sentence-negative", "attention", lambda w: _attention(w, "--sentences", "-1"),
+     ["--sentences", "0-based line numbers"]),
+    ("attention-layer-zero", "attention", lambda w: _attention(w, "--layers", "0"),
+     ["--layers", "1-based layer numbers"]),
+    ("attention-layer-beyond-the-model", "attention", lambda w: _attention(w, "--layers", "3"),
+     ["model.pt", "layers 1..1", "got [3]"]),
+    ("attention-sentence-beyond-the-file", "attention",
+     lambda w: _attention(w, "--sentences", "100000"),
+     ["train.src", "has 400 lines", "[100000] are out of range"]),
+    ("attention-results-without-run", "attention",
+     lambda w: _attention(w, "--results", w.root / "results"),
+     ["--results needs --dataset and --variant"]),
+    ("attention-source-missing", "attention",
+     lambda w: _attention(w)[:4] + ["--source", w.root / "none.txt"] + _attention(w)[6:],
+     ["none.txt"]),
+    # average's options and its manifest (train/checkpoints.json)
+    ("average-every-steps-0", "average", lambda w: _average(w, "2") + ["--every-steps", "0"],
+     ["--every-steps", "got 0"]),
+    ("average-dir-without-last", "average",
+     lambda w: ["--checkpoint-dir", w.mixed_checkpoints, "--out", w.root / "averaged.pt"],
+     ["--checkpoint-dir needs --last"]),
+    ("average-empty-dir", "average", lambda w: _average(w, "1", _file(w, "none/.keep", b"").parent),
+     ["none", "0 checkpoints"]),
+    ("average-out-is-a-directory", "average",
+     lambda w: _average(w, "1")[:-1] + [w.root], ["--out", "is a directory"]),
+    ("average-manifest-not-json", "average",
+     lambda w: ["--manifest", _file(w, "manifest/bad.json", b"{not json"), "--out",
+                w.root / "averaged.pt"], ["bad.json", "not a checkpoint manifest"]),
+    ("average-manifest-a-list", "average", lambda w: _manifest(w, [1, 2]),
+     ["checkpoints.json", "not a checkpoint manifest"]),
+    ("average-manifest-missing-keys", "average",
+     lambda w: _manifest(w, {"checkpoint_dir": ".", "checkpoints": [{"file": "a.pt"}]}),
+     ["checkpoints.json", "not a checkpoint manifest", "'step'"]),
+    ("average-manifest-lists-nothing", "average",
+     lambda w: _manifest(w, {"checkpoint_dir": ".", "checkpoints": []}),
+     ["checkpoints.json", "lists no checkpoints"]),
+    # decode's paths and source text
+    ("decode-out-is-a-directory", "decode", lambda w: _decode(w, **{"--out": w.root}),
+     ["--out", "is a directory"]),
+    ("decode-spm-model-is-a-directory", "decode", lambda w: _decode(w, **{"--spm-model": w.root}),
+     ["--spm-model", "is a directory"]),
+    ("decode-checkpoint-of-another-variant", "decode",
+     lambda w: _decode(w, **{"--checkpoint": w.learned_checkpoint}),
+     ["learned.pt", "model.positional"]),
+    ("decode-crafted-pickle-checkpoint", "decode",
+     lambda w: _decode(w, **{"--checkpoint": _crafted_pickle(w)}), ["crafted.pt"]),
+    ("decode-source-binary", "decode",
+     lambda w: _decode(w, **{"--source": _file(w, "binary.txt", bytes(range(256)) * 4)}),
+     ["binary.txt", "not UTF-8"]),
+    # summarize's score files
+    ("summarize-dev-not-json", "summarize",
+     lambda w: _summarize(w, _file(w, "scores/dev.json", b"BLEU = 27.3")),
+     ["dev.json", "not JSON"]),
+    ("summarize-dev-a-list", "summarize", lambda w: _summarize(w, _json(w, "scores/list.json", [])),
+     ["list.json", "expected a JSON object"]),
+    ("summarize-test-missing", "summarize",
+     lambda w: _summarize(w, _json(w, "scores/dev.json", {}), w.root / "none.json"),
+     ["--test", "none.json", "no such file"]),
+    ("summarize-dev-not-utf8", "summarize",
+     lambda w: _summarize(w, _file(w, "scores/latin.json", b'{"n": "\xe4"}')),
+     ["latin.json", "not UTF-8"]),
+    # tables: what the finished variants wrote
+    ("tables-summary-not-json", "tables",
+     lambda w: _tables(w, "summary", {"train/summary.json": b"{\"steps\": "}),
+     ["summary.json", "not valid JSON"]),
+    ("tables-summary-a-list", "tables",
+     lambda w: _tables(w, "list", {"train/summary.json": b"[]"}),
+     ["summary.json", "expected a JSON object"]),
+    ("tables-scores-not-json", "tables", lambda w: _tables(w, "bleu", {"bleu.json": b"\x00\x01"}),
+     ["bleu.json"]),
+    # score's files
+    ("score-reference-missing", "score",
+     lambda w: [w.root / "none.ref" if a == w.root / "ref.txt" else a for a in _score(w)],
+     ["--reference", "none.ref", "no such file"]),
+    ("score-encoded-meta-not-json", "score",
+     lambda w: _score(w, 4, _encoded_with_meta(w, "metajunk", b"meta")),
+     ["encoded-metajunk", "meta.json", "not JSON"]),
+    ("score-encoded-meta-missing-keys", "score",
+     lambda w: _score(w, 4, _encoded_with_meta(w, "metakeys", b"{}")),
+     ["encoded-metakeys", "meta.json"]),
+    ("score-encoded-tokens-cut-short", "score",
+     lambda w: _score(w, 4, _encoded_cut_short(w)), ["encoded-cut", "source.bin", "cut short"]),
+    ("score-encoded-meta-missing", "score",
+     lambda w: _score(w, 4, _encoded_with_meta(w, "nometa", None)),
+     ["encoded-nometa", "meta.json"]),
+    # encode's text
+    ("encode-line-counts-differ", "encode",
+     lambda w: ["--spm-model", w.spm, "--source", _lines(w, "five.src", 5), "--target",
+                _lines(w, "four.tgt", 4), "--out-dir", w.root / "enc"],
+     ["five.src", "four.tgt", "same number of lines"]),
+    ("encode-spm-model-empty", "encode",
+     lambda w: ["--spm-model", _file(w, "empty.model", b""), "--source", w.text, "--target",
+                w.text, "--out-dir", w.root / "enc"], ["empty.model", "not a sentencepiece model"]),
+    # train's options
+    ("train-slurm-not-name-value", "train", lambda w: _train(w) + ["--slurm", "gpu"],
+     ["--slurm 'gpu'", "name=value"]),
+    ("train-slurm-unknown-resource", "train", lambda w: _train(w) + ["--slurm", "gpus=2"],
+     ["Slurm request", "gpus"]),
+    ("train-dev-data-not-a-folder", "train", lambda w: _train(w, **{"--dev-data": w.text}),
+     ["--dev-data", "no such directory"]),
+    ("train-bpe-vocabulary-below-specials", "train-bpe",
+     lambda w: ["--experiment", _bad_experiment(w, lambda raw: raw["bpe"].update(vocab_size=3)),
+                "--source", w.text, "--target", w.text, "--model-prefix", w.root / "bpe/tiny"],
+     ["bpe.vocab_size=3"]),
+    ("train-bpe-source-binary", "train-bpe",
+     lambda w: ["--experiment", w.experiment, "--source", _file(w, "bin.src", b"\xff\xfe" * 50),
+                "--target", w.text, "--model-prefix", w.root / "bpe/bin"],
+     ["bin.src", "not UTF-8"]),
+    # download
+    ("download-out-dir-is-a-file", "download",
+     lambda w: _download(w, "right")[:-1] + [w.text], ["train.src"]),
+    # prepare's archives and corpus files
+    ("prepare-tgz-truncated", "prepare",
+     lambda w: _prepare_with(w, "cut", _half(_tgz_of(w, {"a.src": _random_text(500),
+                                                         "a.tgt": _random_text(500)}))),
+     ["cut.tgz", "damaged or cut short"]),
+    ("prepare-tgz-not-an-archive", "prepare",
+     lambda w: _prepare_with(w, "notar", b"<html>503 Service Unavailable</html>\n"),
+     ["notar"]),
+    ("prepare-gz-truncated", "prepare",
+     lambda w: _prepare_with(w, "gzcut", _half(_gzip_of(_random_text(500, "\t"))),
+                             url="file:gzcut.gz", format="tsv", source_member=None,
+                             target_member=None),
+     ["gzcut.gz", "damaged or cut short"]),
+    ("prepare-tsv-one-column", "prepare",
+     lambda w: _prepare_with(w, "tsv", _tgz_of(w, {"a.tsv": b"only one column\n"}),
+                             format="tsv", source_member="a.tsv", target_member=None),
+     ["a.tsv", "line 1"]),
+    ("prepare-sgm-malformed", "prepare",
+     lambda w: _prepare_with(w, "sgm", _tgz_of(w, {"a.src": b"<srcset><doc><seg id=1>a b\n",
+                                                   "a.tgt": b"<refset><doc><seg id=1>x</seg>\n"}),
+                             format="sgm"),
+     ["a.src"]),
+    ("prepare-ptb-unbalanced-brackets", "prepare",
+     lambda w: _prepare_treebank(w, "unbalanced", {"wsj/02/a.mrg": b"( (S (NP (NN a)) )\n"}),
+     ["member wsj/02/a.mrg", "line 1"]),
+    ("prepare-ptb-empty-tree", "prepare",
+     lambda w: _prepare_treebank(w, "emptytree", {"wsj/02/a.mrg": b"( )\n"}),
+     ["member wsj/02/a.mrg", "line 1"]),
+    # references
+    ("references-source-lines-missing", "references",
+     lambda w: ["--experiment", w.experiment, "--split", "dev", "--downloads", w.root,
+                "--source-lines", w.root / "none.src", "--out", w.root / "dev.ref"],
+     ["--source-lines", "none.src", "no such file"]),
+    # the tiny archives' writers
+    ("make-tiny-corpus-out-is-a-directory", "make-tiny-corpus", lambda w: ["--out", w.root],
+     ["--out", "is a directory"]),
+]
+CASES += MORE_CASES
+
 @pytest.mark.parametrize("command, arguments, named", [case[1:] for case in CASES],
                          ids=[case[0] for case in CASES])
 def test_bad_input_is_one_clear_line(world, command, arguments, named):
     result = run_cli(command, *arguments(world), cwd=world.root)
     line = assert_one_line_error(result, command, *named)
     assert SECRET not in result.stderr and SECRET not in line
+    assert not (world.root / "pwned").exists()  # no checkpoint ran the code it carried
 
 
 def test_verbose_shows_the_traceback_as_well(world):
@@ -425,12 +710,172 @@ def test_verbose_shows_the_traceback_as_well(world):
     assert result.stderr.rstrip("\n").splitlines()[-1].startswith("reproduce decode: error: ")
 
 
-def test_decode_writes_one_line_per_source_line_whatever_they_hold(world):
+# --------------------------------------------------------------------------------------------
+# The MLflow store named by MLFLOW_TRACKING_URI
+# --------------------------------------------------------------------------------------------
+TRACKING_CASES = [
+    ("tracking-uri-unknown-scheme", f"ftp://user:{SECRET}@example.org/mlflow",
+     ["MLFLOW_TRACKING_URI=ftp://***@example.org/mlflow", "no store of scheme 'ftp'"]),
+    ("tracking-uri-sqlite-names-no-file", "sqlite:///", ["MLFLOW_TRACKING_URI=sqlite:///",
+                                                         "names no database file"]),
+    ("tracking-server-unreachable", "http://127.0.0.1:9",
+     ["MLFLOW_TRACKING_URI=http://127.0.0.1:9", "no MLflow tracking server answers"]),
+]
+
+
+@pytest.mark.parametrize("uri, named", [case[1:] for case in TRACKING_CASES],
+                         ids=[case[0] for case in TRACKING_CASES])
+def test_bad_input_is_one_clear_line_of_tracking(world, uri, named):
+    result = run_cli("init-tracking", "--results", world.root / "results", cwd=world.root,
+                     env={"MLFLOW_TRACKING_URI": uri})
+    line = assert_one_line_error(result, "init-tracking", *named)
+    assert SECRET not in result.stderr and SECRET not in line
+
+
+# --------------------------------------------------------------------------------------------
+# Odd input handled correctly: (id, command, arguments, check of the result)
+# --------------------------------------------------------------------------------------------
+def _ran(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+
+
+def _odd_line_breaks(world: World) -> list:
     source = world.root / "odd.txt"
     odd = ["form\ffeed", "vertical\vtab", "line\u2028separator", "para\u2029graph", "next\x85line"]
     source.write_text("".join(line + "\n" for line in odd), encoding="utf-8")
-    out = world.root / "odd.out"
-    result = run_cli("decode", *_decode(world, **{"--source": source, "--out": out}),
-                     cwd=world.root)
-    assert result.returncode == 0, result.stderr
-    assert out.read_bytes().count(b"\n") == len(odd) == 5
+    return _decode(world, **{"--source": source, "--out": world.root / "odd.out"})
+
+
+def _five_translations(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    assert (world.root / "odd.out").read_bytes().count(b"\n") == 5
+
+
+def _empty_translations(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    assert (world.root / "empty.out").read_bytes() == b""
+
+
+def _crlf_source(world: World) -> list:
+    lf = _file(world, "lf.txt", b"a b\nb a a\n")
+    assert run_cli("decode", *_decode(world, **{"--source": lf, "--out": world.root / "lf.out"}),
+                   cwd=world.root).returncode == 0
+    crlf = _file(world, "crlf.txt", b"a b\r\nb a a\r\n")
+    return _decode(world, **{"--source": crlf, "--out": world.root / "crlf.out"})
+
+
+def _same_as_lf(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    crlf = (world.root / "crlf.out").read_bytes()
+    assert b"\r" not in crlf and crlf == (world.root / "lf.out").read_bytes()
+    assert crlf.count(b"\n") == 2
+
+
+def _written_in_new_folder(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    assert (world.root / "new/folder/out.txt").read_bytes().count(b"\n") == 2
+
+
+PAIRS = 120  # above the experiments' data.min_pairs (100)
+
+
+def _prepared(name: str) -> Callable[[World, subprocess.CompletedProcess], None]:
+    """The prepared train split holds the PAIRS pairs, without a carriage return."""
+    def check(world: World, result: subprocess.CompletedProcess) -> None:
+        _ran(result)
+        source = (world.root / f"data-{name}/train.src").read_bytes()
+        target = (world.root / f"data-{name}/train.tgt").read_bytes()
+        assert source.splitlines() == [f"s{i} a".encode() for i in range(PAIRS)]
+        assert target.splitlines() == [f"t{i} b".encode() for i in range(PAIRS)]
+        assert b"\r" not in source + target
+    return check
+
+
+def _pairs(side: str, end: str = "\n") -> bytes:
+    return "".join(f"{side}{i} {'a' if side == 's' else 'b'}{end}" for i in range(PAIRS)).encode()
+
+
+def _tsv_rows() -> bytes:
+    return b"".join(s + b"\t" + t + b"\n" for s, t in zip(_pairs("s").splitlines(),
+                                                          _pairs("t").splitlines(), strict=True))
+
+
+OLD_SUMMARY = {"dataset": "tiny", "variant": "base", "steps": 10, "parameters": 123}
+
+
+def _old_summary(world: World) -> list:
+    """A finished base variant whose summary was written before summaries recorded settings."""
+    results = _results_with(world, "old", {
+        "train/summary.json": json.dumps(OLD_SUMMARY).encode(),
+        "bleu.json": json.dumps({"dev": {"tokenized_bleu": 12.5, "perplexity": 3.0},
+                                 "test": {"tokenized_bleu": 11.0, "perplexity": 3.5}}).encode()})
+    return ["--experiment", world.experiment, "--results", results, "--out-dir",
+            world.root / "tables-old"]
+
+
+def _not_recorded_not_shown(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    row = next(row for row in csv.DictReader((world.root / "tables-old/table3.csv").open())
+               if row["variant"] == "base")
+    assert row["status"] == f"stale: {NOT_RECORDED}"
+    assert row["BLEU (dev)"] == row["PPL (dev)"] == row["params x10^6"] == ""
+    base = world.root / "results-old/tiny/base"
+    assert json.loads((base / "train/summary.json").read_text()) == OLD_SUMMARY  # left as it is
+    assert (base / "bleu.json").exists()
+
+
+def _nothing_yet(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    rows = list(csv.DictReader((world.root / "tables-none/table3.csv").open()))
+    assert {row["status"] for row in rows} == {"pending: not started"} and len(rows) == 5
+
+
+def _downloaded(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    [file] = (world.root / "new-downloads/deeper").glob("corpus.tgz.*")
+    assert file.read_bytes() == (world.root / "served/corpus.tgz").read_bytes()
+
+
+def _averaged_in_new_folder(world: World, result: subprocess.CompletedProcess) -> None:
+    _ran(result)
+    averaged = torch.load(world.root / "new-average/a.pt", weights_only=True)
+    original = torch.load(world.mixed_checkpoints / "step_00000020.pt", weights_only=True)
+    assert averaged["model"].keys() == original["model"].keys()
+    assert all(torch.equal(averaged["model"][name], original["model"][name])
+               for name in original["model"])
+
+
+HANDLED_CASES = [
+    ("decode-source-odd-line-breaks", "decode", _odd_line_breaks, _five_translations),
+    ("decode-source-empty", "decode",
+     lambda w: _decode(w, **{"--source": _lines(w, "empty.txt", 0),
+                             "--out": w.root / "empty.out"}), _empty_translations),
+    ("decode-source-crlf", "decode", _crlf_source, _same_as_lf),
+    ("decode-out-in-missing-folder", "decode",
+     lambda w: _decode(w, **{"--source": _lines(w, "two.txt", 2),
+                             "--out": w.root / "new/folder/out.txt"}), _written_in_new_folder),
+    ("prepare-plain-gz-source", "prepare",
+     lambda w: _prepare_with(w, "plaingz", _gzip_of(_tsv_rows()), url="file:plaingz.gz",
+                             format="tsv", source_member=None, target_member=None),
+     _prepared("plaingz")),
+    ("prepare-crlf-line-ends", "prepare",
+     lambda w: _prepare_with(w, "crlf", _tgz_of(w, {"a.src": _pairs("s", "\r\n"),
+                                                    "a.tgt": _pairs("t", "\r\n")})),
+     _prepared("crlf")),
+    ("tables-summary-without-settings", "tables", _old_summary, _not_recorded_not_shown),
+    ("tables-nothing-finished-yet", "tables",
+     lambda w: ["--experiment", w.experiment, "--results", w.root / "results-none",
+                "--out-dir", w.root / "tables-none"], _nothing_yet),
+    ("download-out-dir-missing", "download",
+     lambda w: _download(w, "right")[:-1] + [w.root / "new-downloads/deeper"], _downloaded),
+    ("average-out-in-missing-folder", "average",
+     lambda w: ["--checkpoint-dir", w.mixed_checkpoints, "--last", "1", "--out",
+                w.root / "new-average/a.pt"], _averaged_in_new_folder),
+]
+
+
+@pytest.mark.parametrize("command, arguments, check", [case[1:] for case in HANDLED_CASES],
+                         ids=[case[0] for case in HANDLED_CASES])
+def test_bad_input_is_handled_correctly(world, command, arguments, check):
+    check(world, run_cli(command, *arguments(world), cwd=world.root))

@@ -57,6 +57,18 @@ def _planned(workdir: Path, target: str = "all") -> dict[str, int]:
     return _dry_run(workdir, target)[0]
 
 
+def _stand_in(path: Path) -> str:
+    """A stand-in output; a summary records the settings it was trained with, as training's do
+    (one without them is stale: reproduce.training.staleness)."""
+    if path.name == "summary.json":
+        from reproduce.config import load_experiment, trained_settings
+
+        experiment = load_experiment(path.parents[4] / "configs/tiny.yaml")
+        variant = experiment.variant(path.parents[1].name)
+        return json.dumps({"settings": trained_settings(variant, experiment)}) + "\n"
+    return "{}\n" if path.suffix == ".json" else "stand-in\n"
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     """The translation DAG of two variants, every output a stand-in, all up to date."""
@@ -77,7 +89,7 @@ def tree(tmp_path_factory) -> Path:
             path.mkdir(parents=True, exist_ok=True)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}\n" if path.suffix == ".json" else "stand-in\n")
+            path.write_text(_stand_in(path))
     for variant in VARIANTS:  # training's own state, no job's declared output
         (workdir / f"results/tiny/{variant}/train/metrics.jsonl").write_text('{"step": 1}\n')
     _snakemake(workdir, "--touch", "all")  # mtimes in the DAG's order

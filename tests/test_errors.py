@@ -34,6 +34,10 @@ INTERNAL_RAISES = {
         "argparse reports it as the usage error of the option",
     ("reproduce/commands/arguments.py", "checkpoint_file", "argparse.ArgumentTypeError"):
         "argparse reports it as the usage error of the option",
+    ("reproduce/commands/arguments.py", "positive_seconds", "argparse.ArgumentTypeError"):
+        "argparse reports it as the usage error of the option",
+    ("reproduce/commands/arguments.py", "output_file", "argparse.ArgumentTypeError"):
+        "argparse reports it as the usage error of the option",
     ("reproduce/config.py", "_ConfigLoader._refuse_duplicate_keys",
      "yaml.constructor.ConstructorError"):
         "PyYAML's own error, turned into a ConfigError naming the line by read_yaml",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reproduce.config import Experiment
+from reproduce.config import Experiment, trained_settings
 from reproduce.tables.outputs import TABLE_FILES
 from reproduce.tables.paper import paper_table4
 from reproduce.tables.render import render_tables
@@ -29,6 +29,11 @@ def make_parsing_experiment(table4: dict) -> Experiment:
     })
 
 
+def settings_of(experiment: Experiment, variant: str) -> dict:
+    """What training records in a summary: the settings it was trained with."""
+    return trained_settings(experiment.variant(variant), experiment)
+
+
 def write_json(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload))
@@ -38,12 +43,15 @@ def write_json(path: Path, payload) -> None:
 def results(tmp_path) -> Path:
     """base: scored; wide: trained, not scored."""
     root = tmp_path / "results" / "toy_parsing"
-    write_json(root / "base/train/summary.json", {"parameters": 2_500_000})
+    experiment = make_parsing_experiment({"wsj_only": "base"})  # the settings of every test's
+    write_json(root / "base/train/summary.json", {"parameters": 2_500_000,
+                                                  "settings": settings_of(experiment, "base")})
     write_json(root / "base/f1.json", {
         "dev": {"f1": 88.0, "perplexity": 1.5},
         "test": {"f1": 89.25, "exact_match": 31.0, "repaired_sentences": 7, "perplexity": 1.6},
     })
-    write_json(root / "wide/train/summary.json", {"parameters": 9_000_000})
+    write_json(root / "wide/train/summary.json", {"parameters": 9_000_000,
+                                                  "settings": settings_of(experiment, "wide")})
     return tmp_path / "results"
 
 

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from reproduce.config import Experiment, load_experiment
+from reproduce.config import Experiment, load_experiment, trained_settings
 from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
@@ -48,6 +48,12 @@ def make_experiment(pair: str = "en_de", table2: dict | None = None,
     })
 
 
+def recorded(experiment: Experiment, variant: str) -> dict:
+    """What training records in a summary beside its figures: the settings it was trained with
+    (a summary without them is shown as "settings not recorded")."""
+    return {"settings": trained_settings(experiment.variant(variant), experiment)}
+
+
 def write_json(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload))
@@ -62,7 +68,7 @@ def scores(tokenized: float, sacre: float, perplexity: float) -> dict:
 def results(tmp_path) -> Path:
     """base: finished; A_h1: trained, not scored; E_learned: training; big: not started."""
     base = tmp_path / "results" / "toy" / "base"
-    write_json(base / "train/summary.json", {
+    write_json(base / "train/summary.json", recorded(make_experiment(), "base") | {
         "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
         "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2,
         "device": "NVIDIA H100",
@@ -77,7 +83,7 @@ def results(tmp_path) -> Path:
         '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n'
     )
     a_h1 = tmp_path / "results" / "toy" / "A_h1"
-    write_json(a_h1 / "train/summary.json", {
+    write_json(a_h1 / "train/summary.json", recorded(make_experiment(), "A_h1") | {
         "parameters": 1_500_000, "source_tokens": 800, "target_tokens": 900, "gpu_hours": 0.0,
         "training_flops": 3_100_000_000,
         "world_size": 1, "device": "cpu"})
@@ -218,7 +224,7 @@ def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path)
         table2={"base": "base", "big": "big", "rnn": "lstm"},
         more_variants={"lstm": {"model": {"architecture": "rnn", "rnn_attention": "additive"}}})
     lstm = results / "toy" / "lstm"
-    write_json(lstm / "train/summary.json", {
+    write_json(lstm / "train/summary.json", recorded(experiment, "lstm") | {
         "parameters": 900_000, "source_tokens": 700, "target_tokens": 750, "gpu_hours": 1.5,
         "training_flops": 4_400_000_000, "world_size": 1, "device": "NVIDIA H100"})
     write_json(lstm / "bleu.json", {"dataset": "toy", "variant": "lstm",
@@ -387,7 +393,7 @@ def _cost_row(tmp_path, device, precision="fp32", rate_override=None, ran_in=Non
     base = experiment.model_dump() | {"tables": tables}
     base["training"] = base["training"] | {"precision": precision}
     experiment = Experiment.model_validate(base)
-    write_json(tmp_path / "results/toy/base/train/summary.json", {
+    write_json(tmp_path / "results/toy/base/train/summary.json", recorded(experiment, "base") | {
         "parameters": 10, "source_tokens": 1, "target_tokens": 1, "gpu_hours": 3.0,
         "world_size": 1, "device": device, **({"precision": ran_in} if ran_in else {})})
     return build_table2(experiment, tmp_path / "results").set_index("model").loc[

@@ -8,6 +8,7 @@ that those modules import them without importing the command line itself.
 from __future__ import annotations
 
 import argparse
+import math
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A duration: a finite number above 0 (NaN or infinity would repeat a timing forever)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds above 0, got {text}")
     return value
 
 
@@ -45,6 +57,14 @@ def existing_file(text: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{path}: no such file")
     return path
+
+
+def output_file(text: str) -> str:
+    """A file to write (the text given, as other path options): an existing folder of that name is
+    refused here, before the work whose result could not be written there."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory, expected a file to write")
+    return text
 
 
 def existing_dir(text: str) -> Path:

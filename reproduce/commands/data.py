@@ -7,7 +7,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from reproduce.commands.arguments import add_command, add_experiment, existing_dir, existing_file
+from reproduce.commands.arguments import (
+    add_command, add_experiment, existing_dir, existing_file, output_file,
+)
 from reproduce.commands import experiment_of
 from reproduce.config import ConfigError
 
@@ -71,7 +73,8 @@ def _references(commands: argparse._SubParsersAction) -> None:
                      help="folder of downloaded archives")
     sub.add_argument("--source-lines", required=True, type=existing_file,
                      help="the prepared source side of the split (one reference per line of it)")
-    sub.add_argument("--out", required=True, help="the references file to write (<split>.ref)")
+    sub.add_argument("--out", required=True, type=output_file,
+                     help="the references file to write (<split>.ref)")
 
 
 def cmd_references(args: argparse.Namespace) -> None:
@@ -124,7 +127,7 @@ def cmd_encode(args: argparse.Namespace) -> None:
 def _make_tiny_corpus(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "make-tiny-corpus", cmd_make_tiny_corpus,
                       "regenerate the tiny corpus archive")
-    sub.add_argument("--out", required=True,
+    sub.add_argument("--out", required=True, type=output_file,
                      help="the .tgz to write (configs/data/tiny_corpus.tgz)")
 
 
@@ -137,7 +140,7 @@ def cmd_make_tiny_corpus(args: argparse.Namespace) -> None:
 def _make_tiny_treebank(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "make-tiny-treebank", cmd_make_tiny_treebank,
                       "regenerate the tiny treebank archive (parsing, section 6.3)")
-    sub.add_argument("--out", required=True,
+    sub.add_argument("--out", required=True, type=output_file,
                      help="the .tgz to write (configs/data/tiny_treebank.tgz)")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, add_variant, checkpoint_file, existing_dir,
-    existing_file,
+    existing_file, output_file,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
 
@@ -23,7 +23,8 @@ def _decode(commands: argparse._SubParsersAction) -> None:
                      help="sentencepiece model of the checkpoint's dataset")
     sub.add_argument("--source", required=True, type=existing_file,
                      help="UTF-8 text, one sentence per line")
-    sub.add_argument("--out", required=True, help="translations, one line per source line")
+    sub.add_argument("--out", required=True, type=output_file,
+                     help="translations, one line per source line")
     add_threads(sub)
 
 
@@ -64,7 +65,8 @@ def _score(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--encoded", required=True, type=existing_dir,
                      help="encoded split for perplexity")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
-    sub.add_argument("--out", required=True, help="scores JSON to write")
+    sub.add_argument("--out", required=True, type=output_file,
+                     help="scores JSON to write")
     add_threads(sub)
 
 
@@ -88,19 +90,32 @@ def _summarize(commands: argparse._SubParsersAction) -> None:
     add_variant(sub)
     sub.add_argument("--dev", required=True, type=existing_file, help="dev scores JSON")
     sub.add_argument("--test", required=True, type=existing_file, help="test scores JSON")
-    sub.add_argument("--out", required=True, help="summary JSON to write")
+    sub.add_argument("--out", required=True, type=output_file,
+                     help="summary JSON to write")
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
-    from reproduce.data.text import read_json, write_json
+    from reproduce.data.text import write_json
 
     summary = {
         "dataset": args.dataset,
         "variant": args.variant,
-        "dev": read_json(Path(args.dev)),
-        "test": read_json(Path(args.test)),
+        "dev": _scores(Path(args.dev)),
+        "test": _scores(Path(args.test)),
     }
     write_json(Path(args.out), summary)
+
+
+def _scores(path: Path) -> dict:
+    """A split's scores as ``score`` wrote them: a JSON object (the tables read its keys)."""
+    from reproduce.data.text import read_json
+    from reproduce.errors import DataError
+
+    scores = read_json(path)
+    if not isinstance(scores, dict):
+        raise DataError(f"{path}: expected a JSON object of scores, as `reproduce score` writes, "
+                        f"got a {type(scores).__name__}")
+    return scores
 
 
 def register(commands: argparse._SubParsersAction) -> None:

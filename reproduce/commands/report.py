@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, checkpoint_file, existing_file, integers,
-    positive_int,
+    positive_int, positive_seconds,
 )
 from reproduce.commands import experiment_of
 from reproduce.errors import UsageError
@@ -124,7 +124,7 @@ def _table1(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--radius", type=positive_int, default=16,
                      help="restricted self-attention's r")
     add_threads(sub)
-    sub.add_argument("--min-run-time", type=float, default=0.2,
+    sub.add_argument("--min-run-time", type=positive_seconds, default=0.2,
                      help="seconds of repeated runs per timing")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, add_variant, existing_dir, existing_file,
-    positive_int,
+    output_file, positive_int,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
 from reproduce.errors import UsageError
@@ -86,7 +86,8 @@ def _average(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--every-steps", type=positive_int,
                      help="with --checkpoint-dir: average only steps on this grid (default: the "
                           "last K files, refused unless evenly spaced)")
-    sub.add_argument("--out", required=True, help="the averaged checkpoint to write")
+    sub.add_argument("--out", required=True, type=output_file,
+                     help="the averaged checkpoint to write")
 
 
 def cmd_average(args: argparse.Namespace) -> None:

@@ -54,7 +54,7 @@ def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
     with _open_member(archive, member) as stream:
         if member is not None and member.endswith(".gz"):
             stream = gzip.GzipFile(fileobj=stream)
-        elif member is None and archive.name.endswith(".gz") and not tarfile.is_tarfile(archive):
+        elif member is None and _is_gzip(archive) and not tarfile.is_tarfile(archive):
             stream = gzip.GzipFile(fileobj=stream)
         try:
             with destination.open("wb") as out:
@@ -65,6 +65,13 @@ def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
             if not is_failed_write(error):
                 raise
             raise UnwritableOutputError(destination, error) from None
+
+
+def _is_gzip(path: Path) -> bool:
+    """Whether ``path`` starts with gzip's magic bytes: its name cannot tell, a download being
+    named ``<url name>.<digits>`` (:func:`reproduce.data.download.file_name`)."""
+    with path.open("rb") as stream:
+        return stream.read(2) == b"\x1f\x8b"
 
 
 def matching_members(archive: Path, pattern: str) -> list[str]:

@@ -52,6 +52,8 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
     for path in (train_src, train_tgt):
         if path.stat().st_size == 0:
             raise DataError(f"{path}: empty; the vocabulary is trained on the prepared train split")
+        for _ in iter_lines(path):  # sentencepiece would skip undecodable lines without a word
+            pass
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     temporary = model_prefix.with_name(model_prefix.name + ".tmp")
     Path(str(temporary) + ".model").touch()  # an unwritable folder, named, before training

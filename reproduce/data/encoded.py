@@ -110,12 +110,24 @@ def _check_tokens(path: Path, size: int, dtype: np.dtype) -> None:
             "split again")
 
 
+def _read_meta(path: Path) -> dict:
+    """The record ``encode`` writes beside the tokens; another JSON value is refused by name
+    (rather than as a KeyError deep inside whichever command reads the split)."""
+    meta = read_json(path)
+    if (not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32")
+            or not isinstance(meta.get("vocab_size"), int)):
+        raise DataError(f"{path}: not the record of an encoded split (expected a JSON object with "
+                        "an integer vocab_size and dtype uint16 or int32, as `reproduce encode` "
+                        "writes); encode the split again")
+    return meta
+
+
 class EncodedCorpus:
     """Read access to an encoded split: ``corpus.source(i)``, ``corpus.target_lengths``..."""
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.meta = read_json(directory / "meta.json")
+        self.meta = _read_meta(directory / "meta.json")
         dtype = np.dtype(self.meta["dtype"])
         self._tokens = {}
         self._offsets = {}

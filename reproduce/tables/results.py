@@ -18,13 +18,14 @@ from reproduce.config import Experiment, trained_settings
 from reproduce.errors import DataError
 from reproduce.records import dev_curve, read_records
 from reproduce.tables.outputs import SCORES_FILE
-from reproduce.training.staleness import changed_settings
+from reproduce.training.staleness import NOT_RECORDED, changed_settings
 
 
 @dataclass(frozen=True)
 class VariantResults:
     """What a variant has produced; nothing of it is shown when it was trained with other settings
-    than the experiment file now gives (``changed``): those are another model's results."""
+    than the experiment file now gives (``changed``): those are another model's results; nor when
+    its summary does not record its settings (``changed`` is then :data:`NOT_RECORDED` alone)."""
 
     summary: dict | None  # train/summary.json
     scores: dict | None  # bleu.json or f1.json: {"dev": {...dev.last}, "test": {...test.averaged}}
@@ -37,6 +38,8 @@ class VariantResults:
 
     @property
     def status(self) -> str:
+        if self.changed == (NOT_RECORDED,):
+            return f"stale: {NOT_RECORDED}"
         if self.stale:
             return f"stale: trained with other settings ({'; '.join(self.changed)})"
         if self.scores is not None:

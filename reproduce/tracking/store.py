@@ -120,6 +120,7 @@ def is_server(uri: str) -> bool:
 def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> str:
     """Check the tracking server, or create the embedded store, before expensive work starts."""
     uri = tracking_uri(results_dir)
+    check_scheme(uri)
     redact_credentials_in_logs()
     fail_fast_over_http()
     if is_server(uri):
@@ -127,6 +128,27 @@ def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> s
     else:
         open_sqlite_store(results_dir)
     return uri
+
+
+# The schemes of MLflow's tracking stores (mlflow.tracking._tracking_service.utils; a database
+# scheme may name its driver, postgresql+psycopg2); "" is a plain path, a file store.
+MLFLOW_SCHEMES = ("", "file", "http", "https", "sqlite", "postgresql", "mysql", "mssql",
+                  "databricks", "databricks-uc", "uc")
+
+
+def check_scheme(uri: str) -> None:
+    """Refuse a tracking URI that MLflow cannot open, before any work: MLflow itself refuses it
+    only when the first run is opened, in a paragraph, or (``sqlite:///`` naming no file) in a
+    traceback."""
+    scheme = urlsplit(uri).scheme.split("+")[0]
+    if scheme not in MLFLOW_SCHEMES:
+        raise TrackingUnavailable(
+            f"MLFLOW_TRACKING_URI={redact(uri)}: MLflow has no store of scheme {scheme!r} (known: "
+            f"{', '.join(name for name in MLFLOW_SCHEMES if name)}); unset it to use the "
+            f"embedded SQLite store")
+    if scheme == "sqlite" and not uri.removeprefix("sqlite:").strip("/"):
+        raise TrackingUnavailable(f"MLFLOW_TRACKING_URI={uri}: names no database file "
+                                  "(sqlite:////absolute/path/mlflow.db)")
 
 
 def open_sqlite_store(results_dir: Path) -> None:

@@ -14,8 +14,9 @@ A finished run's ``train/summary.json`` records the settings it was trained with
   stale instead (:mod:`reproduce.tables.results`).
 
 Raising ``training.steps`` is not an edit of this kind: steps are not among the trained settings,
-and the run continues. A summary written before summaries recorded their settings is taken as
-current: nothing it holds can tell.
+and the run continues. A summary written before summaries recorded their settings cannot tell
+whether the file was edited since: it is treated as stale (:data:`NOT_RECORDED`), warned of once,
+left as it is and not shown beside settings it may not have been trained with.
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ class StaleTrainingError(ConfigError):
     """A finished training was of other settings than the experiment file now gives."""
 
 
+# What :func:`changed_settings` gives for a summary written before summaries recorded settings.
+NOT_RECORDED = "settings not recorded (summary written by a version before summaries recorded them)"
+
+
 def changed_settings(summary: dict | None, settings: dict) -> list[str]:
-    """``key: recorded -> current`` for each setting the summary's run was trained without; empty
-    when it is current (or records none)."""
-    if summary is None or "settings" not in summary:
+    """``key: recorded -> current`` for each setting the summary's run was trained without
+    (:data:`NOT_RECORDED` alone when it records none); empty when it is current or absent."""
+    if summary is None:
         return []
+    if not isinstance(summary.get("settings"), dict):
+        return [NOT_RECORDED]
     return differing_settings(summary["settings"], settings)
 
 
@@ -43,6 +50,11 @@ def stale_training_message(variant_dir: Path, summary: dict | None, settings: di
     changes = changed_settings(summary, settings)
     if not changes:
         return None
+    if changes == [NOT_RECORDED]:
+        return (f"{variant_dir}: {NOT_RECORDED}, so whether it was trained with the settings the "
+                f"experiment file now gives cannot be told; it is not retrained, its results stay "
+                f"as they are and are marked so in the tables instead of shown. To train it anew, "
+                f"move {variant_dir} aside (or run its `reproduce train` with --restart)")
     return (f"{variant_dir}: trained with other settings than the experiment file now gives "
             f"({'; '.join(changes)}); it is not retrained, its results stay as they are and are "
             f"marked stale in the tables. To train it anew, move {variant_dir} aside (or run its "

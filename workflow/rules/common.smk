@@ -298,8 +298,11 @@ def training_fingerprint(wildcards):
     outputs before the trainer refuses the old checkpoints, so it is left as it is, warned of,
     and shown stale in the tables (reproduce.training.staleness)."""
     folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
-    if stale_training_message(folder, summary, settings) is not None:
-        return fingerprint(summary["settings"])
+    recorded = summary.get("settings") if summary is not None else None
+    if stale_training_message(folder, summary, settings) is not None and isinstance(recorded, dict):
+        return fingerprint(recorded)
+    # Current, or settings not recorded: the digest a version before summaries recorded settings
+    # gave it too, unless the file was edited since.
     return fingerprint(settings)
 
 
