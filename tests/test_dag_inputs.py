@@ -187,6 +187,32 @@ def test_no_rule_passes_a_file_it_reads_as_a_param():
     assert unexplained == {}, "a param that may be a file read: declare it as an input"
 
 
+def _assert_left_stale(tree: Path, variant: str, *named: str) -> None:
+    """The plan of ``all`` warns once that ``variant`` is stale, naming ``named``, replans
+    neither its training nor its averaging and changes no file of it; asked for its missing
+    ``final.pt``, the plan stops with the same message before Snakemake deletes anything."""
+    folder = tree / "results/tiny" / variant
+    before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    jobs, output = _dry_run(tree)
+    assert "train" not in jobs and "average" not in jobs, jobs
+    stale = [line for line in output.splitlines() if line.startswith("Stale: ")]
+    assert len(stale) == 1 and f"results/tiny/{variant}" in stale[0], output[-3000:]
+    assert all(text in stale[0] for text in (*named, f"move results/tiny/{variant} aside")), stale
+    assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+
+    final = folder / "train/final.pt"
+    final.rename(folder / "final.pt.kept")
+    try:
+        result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
+                                 "--dry-run", f"results/tiny/{variant}/train/final.pt"],
+                                cwd=tree, capture_output=True, text=True, timeout=600)
+        assert result.returncode != 0
+        assert "StaleTrainingError" in result.stdout + result.stderr
+        assert all(text in result.stdout + result.stderr for text in named)
+    finally:
+        (folder / "final.pt.kept").rename(final)
+
+
 def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_stale(tree):
     """An edit of a finished variant's settings would replan its training, and Snakemake would
     delete the training's outputs before the trainer refuses the old checkpoints. The training
@@ -201,31 +227,29 @@ def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_
     experiment = load_experiment(experiment_file)
     summary = tree / "results/tiny/A_h1/train/summary.json"
     original_summary = summary.read_text()
-    folder = tree / "results/tiny/A_h1"
     try:
         settings = trained_settings(experiment.variant("A_h1"), experiment)
         summary.write_text(json.dumps({"settings": settings}))  # as training writes it
         edited = yaml.safe_load(original_experiment)
         edited["variants"]["A_h1"].setdefault("model", {})["dropout"] = 0.3
         experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
-        before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
-        jobs, output = _dry_run(tree)
-        assert "train" not in jobs and "average" not in jobs, jobs
-        stale = [line for line in output.splitlines() if line.startswith("Stale: ")]
-        assert len(stale) == 1 and "results/tiny/A_h1" in stale[0], output[-3000:]
-        assert "model.dropout: 0.1 -> 0.3" in stale[0] and "move" in stale[0]
-        assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
-
-        final = folder / "train/final.pt"
-        final.rename(folder / "final.pt.kept")
-        try:
-            result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
-                                     "--dry-run", "results/tiny/A_h1/train/final.pt"], cwd=tree,
-                                    capture_output=True, text=True, timeout=600)
-            assert result.returncode != 0
-            assert "StaleTrainingError" in result.stdout + result.stderr
-        finally:
-            (folder / "final.pt.kept").rename(final)
+        _assert_left_stale(tree, "A_h1", "model.dropout: 0.1 -> 0.3")
     finally:
         experiment_file.write_text(original_experiment)
         summary.write_text(original_summary)
+
+
+def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):
+    """A summary written by a version before summaries recorded their settings: whether the
+    experiment file was edited since it trained cannot be told, so the variant is treated as a
+    stale one is. (The tables side is tests/test_bad_input.py's tables-summary-without-settings.)"""
+    from reproduce.training.staleness import NOT_RECORDED
+
+    summary = tree / "results/tiny/A_h1/train/summary.json"
+    original = summary.read_text()
+    try:
+        summary.write_text(json.dumps({"dataset": "tiny", "variant": "A_h1", "steps": 600,
+                                       "parameters": 123}))
+        _assert_left_stale(tree, "A_h1", NOT_RECORDED)
+    finally:
+        summary.write_text(original)
