@@ -82,8 +82,8 @@ class EncodedCorpusWriter:
 
 
 class DamagedEncodingError(DataError):
-    """An encoded split's files do not fit together: one was cut short or comes from another
-    encoding."""
+    """An encoded split's files are not what ``encode`` writes or do not fit together: one was
+    cut short, damaged or comes from another encoding."""
 
 
 def _read_offsets(path: Path, sentences: int | None) -> np.ndarray:
@@ -116,9 +116,10 @@ def _read_meta(path: Path) -> dict:
     meta = read_json(path)
     if (not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32")
             or not isinstance(meta.get("vocab_size"), int)):
-        raise DataError(f"{path}: not the record of an encoded split (expected a JSON object with "
-                        "an integer vocab_size and dtype uint16 or int32, as `reproduce encode` "
-                        "writes); encode the split again")
+        raise DamagedEncodingError(
+            f"{path}: not the record of an encoded split (expected a JSON object with an integer "
+            "vocab_size and dtype uint16 or int32, as `reproduce encode` writes); encode the "
+            "split again")
     return meta
 
 
