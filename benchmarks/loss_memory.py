@@ -53,8 +53,9 @@ def _pass(path: str, states, weight, targets, bf16: bool) -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         if path == "unfused":
             loss, _ = label_smoothed_loss(F.linear(states, weight), targets, EPSILON)
-        else:
-            loss, _ = projected_label_smoothed_loss(states, weight, targets, EPSILON)
+        else:  # the target tokens alone, as the trainer's token layout gives them
+            real = targets.ne(PAD)
+            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], EPSILON)
     loss.backward()
     states.grad = weight.grad = None
 

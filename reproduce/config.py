@@ -213,8 +213,9 @@ class TrainingConfig(Strict):
     # A step is this many micro-batches of ~tokens_per_step / micro_batches_per_step tokens
     # (paper: 8 GPUs of ~3.1k tokens). The number of ranks must divide it: 8 allows 1, 2, 4, 8.
     micro_batches_per_step: int = Field(default=8, gt=0)
-    # Largest padded size (tokens per side) of one forward/backward on one device; a rank fuses
-    # its micro-batches into passes of up to this size.
+    # Largest padded size (tokens per side) of one forward/backward on one device: a rank fuses
+    # its micro-batches of a step into as few passes of up to this size as hold them (memory
+    # grows with it: README, "Sizing a pass").
     max_tokens_per_device: int = Field(default=4096, gt=0)
     # Tensor widths are padded to a multiple of this, bounding the shapes GPU kernels meet.
     pad_to_multiple: int = Field(default=8, gt=0)
@@ -243,8 +244,10 @@ class TrainingConfig(Strict):
     # Transformers; Luong et al. 2015 clip their LSTMs at 5, for a loss summed over each
     # sentence's tokens: our per-token mean has smaller gradients, which 5 clips more rarely).
     clip_norm: float | None = Field(default=None, gt=0)
-    # Compile the model's forward and backward with torch.compile (worth it on GPUs).
-    compile: bool = False
+    # Compile the model's forward and backward with torch.compile: auto = on GPUs (where it
+    # pays: fewer kernel launches, the dropout hash fused), eager on CPUs (compiling costs more
+    # than it saves there). The weights do not depend on it beyond float summation order.
+    compile: bool | Literal["auto"] = "auto"
 
     @model_serializer(mode="wrap")
     def _unclipped_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -257,15 +260,13 @@ class TrainingConfig(Strict):
         return dumped
 
     @model_validator(mode="after")
-    def _micro_batches_fit_a_device(self) -> "TrainingConfig":
-        budget = self.tokens_per_step // self.micro_batches_per_step
-        if budget > self.max_tokens_per_device:
+    def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":
+        if self.max_tokens_per_device < self.max_source_tokens:
             raise ConfigError(
-                f"tokens_per_step / micro_batches_per_step = {self.tokens_per_step} / "
-                f"{self.micro_batches_per_step} = {budget} tokens per micro-batch, more than "
-                f"max_tokens_per_device ({self.max_tokens_per_device}): raise "
-                "micro_batches_per_step"
-            )
+                f"max_tokens_per_device ({self.max_tokens_per_device}) is below "
+                f"max_source_tokens ({self.max_source_tokens}): a forward pass must hold the "
+                "longest pair training takes; raise max_tokens_per_device or lower "
+                "max_source_tokens")
         return self
 
     @model_validator(mode="after")
@@ -486,7 +487,11 @@ class Experiment(Strict):
 # Keys of ``training`` that change neither the weights nor the data they are trained on: how
 # often to log, evaluate and save, and how many checkpoints to keep and average. ``steps`` is
 # compared on its own: raising it continues a run.
-_NOT_TRAINED_ON = {"steps", "log_every_steps", "eval_every_steps", "checkpoints", "average_last"}
+# Neither how a step is cut into passes (max_tokens_per_device), nor the padding of their
+# tensors, nor compilation changes the weights, beyond float summation order: a run may resume
+# on a GPU of another size.
+_NOT_TRAINED_ON = {"steps", "log_every_steps", "eval_every_steps", "checkpoints", "average_last",
+                   "compile", "max_tokens_per_device", "pad_to_multiple"}
 
 
 def trained_settings(variant: ResolvedVariant,

@@ -43,7 +43,7 @@ def write_experiment(folder: Path) -> Path:
     raw["data"]["min_pairs"] = 10
     raw["bpe"]["vocab_size"] = 200
     raw["model"].update(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
-    raw["training"].update(steps=12, tokens_per_step=300, max_tokens_per_device=120,
+    raw["training"].update(steps=12, tokens_per_step=300, max_tokens_per_device=256,
                            warmup_steps=10, log_every_steps=2, eval_every_steps=4,
                            average_last=2)
     raw["training"]["checkpoints"].update(every_steps=3, keep_last=5)

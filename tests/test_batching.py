@@ -43,14 +43,14 @@ def test_overlong_and_empty_pairs_are_left_out():
     batches = pack_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), max_tokens=1000,
                            max_source_tokens=256)
     assert sorted(np.concatenate(batches).tolist()) == [0]
-    micro = pack_micro_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), 100, 1000, 256)
+    micro = pack_micro_batches(np.array([3, 300, 5, 0]), np.array([4, 4, 500, 3]), 100, 256)
     assert sorted(np.concatenate(micro).tolist()) == [0]
 
 
 def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoot():
     source, target = wmt_like_lengths(50_000)
-    budget, max_padded = 3125, 8192
-    batches = pack_micro_batches(source, target, budget, max_padded, 256, multiple=8)
+    budget = 3125
+    batches = pack_micro_batches(source, target, budget, 256)
     assert sorted(np.concatenate(batches).tolist()) == list(range(50_000))
     source_sizes, target_sizes = source + 1, target + 1
     per_batch = np.array([(source_sizes[b].sum(), target_sizes[b].sum()) for b in batches])
@@ -58,8 +58,6 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
         # a pair joins only while it overshoots by at most half its own size, on each side
         last_source, last_target = source_sizes[batch].max(), target_sizes[batch].max()
         assert source_total <= budget + last_source / 2 and target_total <= budget + last_target / 2
-        width = max(-(-last_source // 8) * 8, -(-last_target // 8) * 8)
-        assert width * len(batch) <= max_padded
     full = per_batch[:-1]  # the last micro-batch holds what is left
     binding = full.max(axis=1)  # the side that filled up
     assert abs(binding.mean() - budget) / budget < 0.01
@@ -69,8 +67,7 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
 
 def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
-    micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 1200,
-                                     2560)[3]
+    micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 256)[3]
 
     def padded(indices):
         return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
@@ -91,7 +88,7 @@ def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(t
 
 def test_similar_lengths_are_batched_together_so_padding_is_small(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 2000, seed=1))
-    batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 100, 200, 256)
+    batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 100, 256)
     assert padding_waste(batches, corpus) < 0.25  # random source lengths; targets match them
     shuffled = np.random.default_rng(0).permutation(len(corpus))
     naive = [shuffled[i : i + len(b)] for i, b in zip(np.cumsum([0] + [len(b) for b in batches]),
@@ -114,17 +111,17 @@ def test_collate_adds_eos_to_sources_and_bos_eos_to_targets_and_rounds_widths(tm
 
 def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp_path):
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 300, seed=3))
-    first = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
+    first = MicroBatchStream(corpus, 300, 8, 256, seed=4)
     steps = [first.next_step() for _ in range(30)]  # several epochs
     assert all(len(group) == 8 for group in steps)
     per_step = np.array([[sum(int(lengths[b].sum()) + len(b) for b in group)
                           for lengths in (corpus.source_lengths, corpus.target_lengths)]
                          for group in steps])
     assert abs(per_step.max(axis=1).mean() - 300) / 300 < 0.1
-    replay = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
+    replay = MicroBatchStream(corpus, 300, 8, 256, seed=4)
     for group in steps[:10]:
         assert all(np.array_equal(a, b) for a, b in zip(group, replay.next_step(), strict=True))
-    resumed = MicroBatchStream(corpus, 300, 8, 120, 256, seed=4)
+    resumed = MicroBatchStream(corpus, 300, 8, 256, seed=4)
     resumed.seek(StreamPosition(**vars(replay.position)))
     for group in steps[10:]:
         assert all(np.array_equal(a, b) for a, b in zip(group, resumed.next_step(), strict=True))

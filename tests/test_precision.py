@@ -68,12 +68,12 @@ def _backward(model, update, poison: float | None = None) -> None:
 def test_an_overflowing_update_is_skipped_and_halves_the_scale(poison):
     model, update = _linear(loss_scaling=True)
     _backward(model, update)
-    assert update.apply(measure_norm=False)[0]  # Adam has moments now
+    assert update.apply().applied  # Adam has moments now
     weights = copy.deepcopy(model.state_dict())
     adam = copy.deepcopy(update.optimizer.state_dict()["state"])
     scale = update.loss_scale
     _backward(model, update, poison)
-    applied, _ = update.apply(measure_norm=False)
+    applied = update.apply().applied
     assert not applied and update.loss_scale == scale / 2
     assert all(torch.equal(weights[name], tensor) for name, tensor in model.state_dict().items())
     after = update.optimizer.state_dict()["state"]
@@ -87,7 +87,7 @@ def test_the_scale_doubles_after_growth_interval_good_updates():
     scales = []
     for poison in (None, None, None, None, math.inf, None, None, None):
         _backward(model, update, poison)
-        update.apply(measure_norm=False)
+        update.apply()
         scales.append(update.loss_scale)
     # Three good updates double S; an overflow halves it and starts the count again.
     assert scales == [start, start, 2 * start, 2 * start, start, start, start, 2 * start]
@@ -98,14 +98,14 @@ def test_updates_that_overflow_at_any_scale_stop_the_run():
     update.load_state_dict(update.state_dict() | {"scale": 2.0**-13})
     _backward(model, update, math.nan)
     with pytest.raises(LossScaleError, match=r"scale fell to 6.1e-05, below 0.0001: .*diverged"):
-        update.apply(measure_norm=False)
+        update.apply()
 
 
 def test_the_scalers_state_is_plain_numbers_loadable_without_code(tmp_path):
     model, update = _linear(loss_scaling=True, growth_interval=3)
     for poison in (None, math.inf, None):
         _backward(model, update, poison)
-        update.apply(measure_norm=False)
+        update.apply()
     save_checkpoint({"model": model.state_dict(), "loss_scaler": update.state_dict()},
                     tmp_path / "c.pt")
     state = load_checkpoint(tmp_path / "c.pt")["loss_scaler"]  # torch.load(weights_only=True)
@@ -124,7 +124,7 @@ def test_clipping_rescales_the_true_gradient_to_clip_norm(loss_scaling):
     weights = torch.nn.Parameter(torch.zeros(2))
     update = OptimizerUpdate(torch.optim.SGD([weights], lr=1.0), "cpu", loss_scaling, clip_norm=5.0)
     update.backward((weights * torch.tensor([6.0, 8.0])).sum())  # gradient (6, 8)
-    applied, norm = update.apply(measure_norm=False)
+    applied, norm, _ = update.apply()
     assert applied and norm.item() == 10.0  # the norm before clipping, of the unscaled gradient
     assert torch.allclose(weights.detach(), torch.tensor([-3.0, -4.0]), rtol=1e-6, atol=0)
     assert torch.linalg.vector_norm(weights.grad).item() == pytest.approx(5.0, rel=1e-6)
@@ -135,7 +135,7 @@ def test_a_gradient_under_clip_norm_is_left_as_it_is(loss_scaling):
     weights = torch.nn.Parameter(torch.zeros(2))
     update = OptimizerUpdate(torch.optim.SGD([weights], lr=1.0), "cpu", loss_scaling, clip_norm=5.0)
     update.backward((weights * torch.tensor([0.6, 0.8])).sum())
-    assert update.apply(measure_norm=False)[0]
+    assert update.apply().applied
     assert torch.equal(weights.detach(), -torch.tensor([0.6, 0.8]))
 
 

@@ -36,7 +36,9 @@ def test_loss_and_gradients_equal_the_unfused_formula(epsilon, chunk_rows):
     states, weight, targets = _case(seed=chunk_rows)
     expected, expected_count = label_smoothed_loss(F.linear(states, weight), targets, epsilon)
     expected_states, expected_weight = torch.autograd.grad(expected, (states, weight))
-    loss, count = projected_label_smoothed_loss(states, weight, targets, epsilon, chunk_rows)
+    real = targets.ne(PAD)  # the loss takes the target tokens alone, as the trainer passes them
+    loss, count = projected_label_smoothed_loss(states[real], weight, targets[real], epsilon,
+                                                chunk_rows)
     grad_states, grad_weight = torch.autograd.grad(loss, (states, weight))
     assert count == expected_count == 14
     assert loss.dtype == torch.float64
@@ -55,14 +57,18 @@ def test_the_smoothed_loss_of_one_row_by_hand():
     log_normaliser = np.log(sum(np.exp(z)))
     by_hand = -(0.8 * (z[2] - log_normaliser) + 0.1 * (z[1] - log_normaliser)
                 + 0.1 * (z[3] - log_normaliser))
-    loss, count = projected_label_smoothed_loss(states, weight, targets, 0.2, chunk_rows=1)
+    real = targets.ne(PAD)
+    loss, count = projected_label_smoothed_loss(states[real], weight, targets[real], 0.2,
+                                                chunk_rows=1)
     assert count == 1 and abs(loss.item() - by_hand) < 1e-12
 
 
 def test_gradcheck():
     states, weight, targets = _case(seed=0)
+    real = targets.ne(PAD)
     assert torch.autograd.gradcheck(
-        lambda s, w: projected_label_smoothed_loss(s, w, targets, 0.1, chunk_rows=4)[0],
+        lambda s, w: projected_label_smoothed_loss(s[real], w, targets[real], 0.1,
+                                                   chunk_rows=4)[0],
         (states, weight))
 
 
@@ -78,8 +84,11 @@ def test_no_logits_are_kept_for_the_backward_pass():
         saved.append(tensor.numel())
         return tensor
 
+    real = targets.ne(PAD)
+    tokens, real_targets = states[real], targets[real]
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        loss, count = projected_label_smoothed_loss(states, weight, targets, 0.1, chunk_rows=4)
+        loss, count = projected_label_smoothed_loss(tokens, weight, real_targets, 0.1,
+                                                    chunk_rows=4)
     assert count == 14 and saved
     assert sum(saved) <= weight.numel() + states.numel() + 3 * BATCH * LENGTH
     loss.backward()
@@ -105,7 +114,9 @@ def bf16_autocast_errors(device: str, batch: int, width: int, vocab: int) -> dic
         s, w = states.clone().requires_grad_(), weight.clone().requires_grad_()
         with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
             if fused:
-                loss, _ = projected_label_smoothed_loss(s, w, targets, 0.1, chunk_rows=3 * 64 + 5)
+                real = targets.ne(PAD)
+                loss, _ = projected_label_smoothed_loss(s[real], w, targets[real], 0.1,
+                                                        chunk_rows=3 * 64 + 5)
             else:
                 loss, _ = label_smoothed_loss(F.linear(s, w), targets, 0.1)
         loss.backward()

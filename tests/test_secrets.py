@@ -26,7 +26,7 @@ def _short_experiment(folder: Path) -> Path:
     """configs/tiny.yaml with a 4-step training of a one-layer model: seconds on a CPU."""
     raw = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     raw["model"] |= {"layers": 1, "d_model": 16, "d_ff": 32, "heads": 2, "d_k": 8, "d_v": 8}
-    raw["training"] |= {"steps": 4, "tokens_per_step": 300, "max_tokens_per_device": 120,
+    raw["training"] |= {"steps": 4, "tokens_per_step": 300, "max_tokens_per_device": 256,
                         "warmup_steps": 2, "log_every_steps": 2, "eval_every_steps": 4,
                         "average_last": 2}
     raw["training"]["checkpoints"] |= {"every_steps": 2, "keep_last": 2}

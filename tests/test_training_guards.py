@@ -5,6 +5,7 @@ import signal
 import subprocess
 
 import pytest
+import torch
 import yaml
 
 from reproduce.config import ConfigError, load_experiment
@@ -44,8 +45,31 @@ def test_a_non_finite_loss_stops_training_at_its_step_unsaved(corpora, tmp_path)
         trainer.run()
     assert str(raised.value).startswith("step 2: the training loss is nan (fp32): training "
                                         "diverged, and this step was not saved; lower")
-    assert trainer.step == 2 and list_checkpoints(tmp_path / "checkpoints") == []
+    # Its gradient is nan too: the update was not applied, the weights are step 1's.
+    assert trainer.step == 1 and list_checkpoints(tmp_path / "checkpoints") == []
+    assert all(parameter.isfinite().all() for parameter in trainer.model.parameters())
     assert not (tmp_path / "train/final.pt").exists()
+
+
+def test_an_update_of_a_finite_loss_but_non_finite_gradient_is_never_applied(corpora, tmp_path):
+    """bf16 and fp32 have no loss scaler to find it: the gradient's norm does, and the
+    optimizer skips the update on the device. The run stops at that step, its weights and
+    Adam's moments those of the step before."""
+    trainer = Trainer(small_variant(steps=9), "t", *corpora, tmp_path)
+    trainer.run(stop_after_steps=2)
+    before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    moments = [state["exp_avg"].clone() for state in trainer.optimizer.state.values()]
+    weight = trainer.model.embedding.weight
+    weight.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    with pytest.raises(NonFiniteLossError) as raised:
+        trainer.run()
+    assert str(raised.value).startswith("step 3: the gradient is not finite (norm inf) (fp32): "
+                                        "training diverged, and this step was not saved")
+    assert trainer.step == 2
+    for name, tensor in trainer.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    for state, moment in zip(trainer.optimizer.state.values(), moments, strict=True):
+        assert torch.equal(state["exp_avg"], moment) and int(state["step"]) == 2
 
 
 def test_a_non_finite_loss_ends_the_mlflow_run_failed(corpora, tmp_path, monkeypatch):

@@ -24,6 +24,11 @@ Two additions beyond the base model:
 * **inspection** (Figures 3-5): the fused kernel returns no weights, so ``attention_weights``
   recomputes softmax(Q K^T / sqrt(d_k)) from the module's own projections and masks, off the
   training path (training never calls it).
+
+Attention dropout (tensor2tensor's, on the weights; 0 in the paper's models, 0.1 in our parsing
+configs) cannot use SDPA's own: its noise follows the kernel's generator, not the tokens
+(:mod:`reproduce.model.dropout`). Where it is on in training, the weights are computed
+explicitly, dropped with keys of (query token, head, key position), and applied to V.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from reproduce.model.dropout import AttentionDropout
 from reproduce.model.token_layout import TokenLayout
 
 ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -62,7 +68,7 @@ class _HeadsAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
         super().__init__()
         self.heads, self.d_k, self.d_v = heads, d_k, d_v
-        self.dropout = dropout
+        self.dropout = AttentionDropout(dropout)
         self.output = nn.Linear(heads * d_v, d_model)
         nn.init.xavier_uniform_(self.output.weight)
         nn.init.zeros_(self.output.bias)
@@ -80,11 +86,13 @@ class _HeadsAttention(nn.Module):
         """Attention of all heads, merged and projected by W^O: ``[N, d_model]`` at the query
         layout's tokens, or ``[B, Tq, d_model]`` without a layout."""
         # q [B, h, Tq, d_k], k [B, h, Tk, d_k], v [B, h, Tk, d_v]; mask True = may attend
-        with sdpa_kernel(ATTENTION_KERNELS):
-            context = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal,
-                dropout_p=self.dropout if self.training else 0.0,
-            )  # [B, h, Tq, d_v]
+        if self.dropout.active():
+            query_noise = None if layout is None else layout.batch_noise()  # [B, Tq]
+            context = self.dropout(self._weights(q, k, mask, causal), query_noise) @ v
+        else:
+            with sdpa_kernel(ATTENTION_KERNELS):
+                context = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, is_causal=causal)  # [B, h, Tq, d_v]
         batch, _, length, _ = context.shape
         merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v)
         return self.output(merged if layout is None else layout.unpad(merged))

@@ -12,20 +12,24 @@ from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
 from reproduce.model.attention import CrossAttention, SelfAttention
+from reproduce.model.dropout import TokenDropout
 from reproduce.model.feed_forward import PositionwiseFeedForward
 from reproduce.model.token_layout import TokenLayout
 
 
 class Residual(nn.Module):
-    """Dropout on a sub-layer's output, residual add, then layer normalisation."""
+    """Dropout on a sub-layer's output, residual add, then layer normalisation; the dropout noise
+    is keyed by the layout's tokens (none without a layout: incremental decoding, no dropout)."""
 
     def __init__(self, d_model: int, dropout: float):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = TokenDropout(dropout)
         self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor, sublayer_output: Tensor) -> Tensor:
-        return self.norm(x + self.dropout(sublayer_output))
+    def forward(self, x: Tensor, sublayer_output: Tensor,
+                layout: TokenLayout | None = None) -> Tensor:
+        noise = None if layout is None else layout.noise
+        return self.norm(x + self.dropout(sublayer_output, noise))
 
 
 class EncoderLayer(nn.Module):
@@ -41,8 +45,8 @@ class EncoderLayer(nn.Module):
         self.feed_forward_residual = Residual(c.d_model, c.dropout)
 
     def forward(self, x: Tensor, layout: TokenLayout) -> Tensor:  # x [N, d] at the layout's tokens
-        x = self.attention_residual(x, self.attention(x, layout))
-        return self.feed_forward_residual(x, self.feed_forward(x))
+        x = self.attention_residual(x, self.attention(x, layout), layout)
+        return self.feed_forward_residual(x, self.feed_forward(x), layout)
 
 
 class DecoderLayer(nn.Module):
@@ -70,9 +74,9 @@ class DecoderLayer(nn.Module):
         self_cache = None if cache is None else cache.setdefault("self", {})
         cross_cache = None if cache is None else cache.setdefault("cross", {})
         x = self.self_attention_residual(
-            x, self.self_attention(x, layout, causal=True, cache=self_cache)
+            x, self.self_attention(x, layout, causal=True, cache=self_cache), layout
         )
         x = self.cross_attention_residual(
-            x, self.cross_attention(x, layout, memory, memory_layout, cache=cross_cache)
+            x, self.cross_attention(x, layout, memory, memory_layout, cache=cross_cache), layout
         )
-        return self.feed_forward_residual(x, self.feed_forward(x))
+        return self.feed_forward_residual(x, self.feed_forward(x), layout)

@@ -23,7 +23,9 @@ target at once (cuDNN's fused kernel) and attention is one batched product, as i
 Transformer. Luong et al. report input feeding worth about 1 BLEU.
 
 Dropout (Zaremba et al. 2014, on non-recurrent connections, as Luong et al.): on the embeddings,
-between stacked LSTM layers, and on h~_t before the output projection. Initialisation: every
+between stacked LSTM layers, and on h~_t before the output projection, each its own site with
+noise keyed by the tokens (:mod:`reproduce.model.dropout`; hence a stack of one-layer LSTMs, as
+nn.LSTM's own dropout between layers draws from torch's generator). Initialisation: every
 parameter but the shared embedding uniform in [-0.1, 0.1] (Luong section 4.1). Luong's range
 for the embedding too, unscaled, feeds the LSTMs inputs ~17x smaller (std 0.06, not 1); on the
 tiny corpus (d_model 64, 300 steps) that left the dev loss at 2.73 where the Transformer-style
@@ -47,6 +49,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from reproduce.config import ModelConfig
+from reproduce.model.dropout import TokenDropout, number_sites
 from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
 from reproduce.model.recurrent_attention import global_attention
 from reproduce.model.token_layout import TokenLayout
@@ -77,63 +80,112 @@ def _directions_concatenated(final: Tensor) -> Tensor:
     return by_layer.permute(2, 0, 1, 3).reshape(batch, layers_times_two // 2, 2 * units)
 
 
+class StackedLSTM(nn.Module):
+    """``layers`` one-layer LSTMs, batch-first, with token-keyed dropout between them; inputs
+    ``[B, T, input_size]`` packed per layer by ``lengths`` where given (padding never changes a
+    sentence's states). Returns the top layer's outputs and every layer's final states,
+    layer-major as nn.LSTM's ``h_n`` and ``c_n``."""
+
+    def __init__(self, input_size: int, hidden_size: int, layers: int, dropout: float,
+                 bidirectional: bool = False):
+        super().__init__()
+        width = hidden_size * (2 if bidirectional else 1)
+        self.layers = nn.ModuleList(
+            nn.LSTM(input_size if layer == 0 else width, hidden_size, batch_first=True,
+                    bidirectional=bidirectional)
+            for layer in range(layers))
+        self.between = nn.ModuleList(TokenDropout(dropout) for _ in range(layers - 1))
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None,
+                state: tuple[Tensor, Tensor] | None = None,
+                noise: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """x ``[B, T, input]``; ``state`` ``([layers * directions, B, hidden])`` twice; ``noise``
+        the tokens' dropout keys ``[B, T]``."""
+        hidden, cell = [], []
+        directions = 2 if self.layers[0].bidirectional else 1
+        for number, lstm in enumerate(self.layers):
+            if number > 0:
+                x = self.between[number - 1](x, noise)
+            initial = None
+            if state is not None:
+                rows = slice(number * directions, (number + 1) * directions)
+                initial = (state[0][rows].contiguous(), state[1][rows].contiguous())
+            x, (h, c) = self._run(lstm, x, lengths, initial)
+            hidden.append(h)
+            cell.append(c)
+        return x, (torch.cat(hidden), torch.cat(cell))
+
+    @staticmethod
+    def _run(lstm: nn.LSTM, x: Tensor, lengths: Tensor | None,
+             initial: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        if lengths is None:
+            return lstm(x, initial)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        outputs, final = lstm(packed, initial)
+        unpacked, _ = pad_packed_sequence(outputs, batch_first=True, total_length=x.size(1))
+        return unpacked, final  # [B, T, width], zeros at PAD
+
+
 class RecurrentSeq2Seq(EncoderDecoder):
     def __init__(self, config: ModelConfig, vocab_size: int):
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size
         d, layers = config.d_model, config.layers
-        between_layers = config.dropout if layers > 1 else 0.0  # nn.LSTM drops between layers only
         self.embedding = nn.Embedding(vocab_size, d)
-        self.dropout = nn.Dropout(config.dropout)
-        self.encoder = nn.LSTM(d, d // 2, layers, batch_first=True, bidirectional=True,
-                               dropout=between_layers)
-        self.decoder = nn.LSTM(d, d, layers, batch_first=True, dropout=between_layers)
+        self.embedding_dropout = TokenDropout(config.dropout)
+        self.encoder = StackedLSTM(d, d // 2, layers, config.dropout, bidirectional=True)
+        self.decoder = StackedLSTM(d, d, layers, config.dropout)
         self.attention = global_attention(config.rnn_attention, d)
         self.combine = nn.Linear(2 * d, d, bias=False)  # W_c of h~_t = tanh(W_c [c_t; h_t])
+        self.output_dropout = TokenDropout(config.dropout)
         for parameter in self.parameters():
             nn.init.uniform_(parameter, -INITIAL_RANGE, INITIAL_RANGE)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d**-0.5)
+        number_sites(self)
 
-    def _embed(self, tokens: Tensor) -> Tensor:  # [B, T] -> [B, T, d]
-        return self.dropout(self.embedding(tokens) * math.sqrt(self.config.d_model))
+    def _embed(self, tokens: Tensor, noise: Tensor | None) -> Tensor:  # [B, T] -> [B, T, d]
+        scaled = self.embedding(tokens) * math.sqrt(self.config.d_model)
+        return self.embedding_dropout(scaled, noise)
 
     def encode(self, source: Tensor, layout: TokenLayout | None = None) -> RecurrentEncoderOutput:
         """``source`` ``[B, S]``, right-padded; ``layout`` its :class:`TokenLayout` if known."""
-        padding = (layout if layout is not None else TokenLayout.of(source)).padding
-        lengths = padding.logical_not().sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(self._embed(source), lengths,
-                                      batch_first=True, enforce_sorted=False)
-        outputs, (hidden, cell) = self.encoder(packed)
-        memory, _ = pad_packed_sequence(outputs, batch_first=True,
-                                        total_length=source.size(1))  # [B, S, d], zeros at PAD
+        layout = layout if layout is not None else TokenLayout.of(source)
+        lengths = layout.padding.logical_not().sum(dim=1).clamp(min=1).cpu()
+        noise = layout.batch_noise()  # [B, S]
+        memory, (hidden, cell) = self.encoder(self._embed(source, noise), lengths,
+                                              noise=noise)  # [B, S, d], zeros at PAD
+        padding = layout.padding
         return RecurrentEncoderOutput(memory, padding, self.attention.keys(memory),
                                       _directions_concatenated(hidden),
                                       _directions_concatenated(cell))
 
     def decoder_states(
         self, target_input: Tensor, encoded: RecurrentEncoderOutput,
-        cache: DecoderCache | None = None
+        cache: DecoderCache | None = None, noise: Tensor | None = None
     ) -> Tensor:
-        """The attentional states h~_t ``[B, T, d_model]``, before the output projection."""
+        """The attentional states h~_t ``[B, T, d_model]``, before the output projection;
+        ``noise``: the target tokens' dropout keys ``[B, T]`` (training)."""
         if cache is not None and cache.layers:
             state = cache.layers[0]["lstm"]
             hidden, cell = state["hidden"], state["cell"]
         else:
             hidden, cell = encoded.hidden, encoded.cell  # [B, layers, d]
         outputs, (hidden, cell) = self.decoder(
-            self._embed(target_input),
-            (hidden.transpose(0, 1).contiguous(), cell.transpose(0, 1).contiguous()),
+            self._embed(target_input, noise), None,
+            (hidden.transpose(0, 1), cell.transpose(0, 1)), noise,
         )  # outputs [B, T, d]; hidden, cell [layers, B, d]
         if cache is not None:
             cache.layers = [{"lstm": {"hidden": hidden.transpose(0, 1),
                                       "cell": cell.transpose(0, 1)}}]
             cache.length += target_input.size(1)
         context = self.attention(outputs, encoded.memory, encoded.keys, encoded.padding)
-        return self.dropout(torch.tanh(self.combine(torch.cat([context, outputs], dim=-1))))
+        attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))
+        return self.output_dropout(attentional, noise)
 
     def target_token_states(self, target_input: Tensor, encoded: RecurrentEncoderOutput,
                             layout: TokenLayout) -> Tensor:
         """The attentional states at the tokens of ``layout`` ``[N, d_model]`` (teacher forcing;
         the LSTM runs over the padded batch, the attention products are per position)."""
-        return layout.unpad(self.decoder_states(target_input, encoded))
+        return layout.unpad(self.decoder_states(target_input, encoded,
+                                                noise=layout.batch_noise()))

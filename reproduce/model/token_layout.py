@@ -10,7 +10,8 @@ padding, which the key mask hides) and its output is gathered again before ``W^O
 
 The token positions ``index`` are flat offsets ``b * T + t`` in ascending order. The trainer's
 collate builds them on the host, from the lengths it already knows; without them they are found
-from the padding mask (``nonzero``, one device synchronisation).
+from the padding mask (``nonzero``, one device synchronisation). In training a layout also
+carries each token's dropout key ``noise`` ``[N]`` (:mod:`reproduce.model.dropout`).
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ from reproduce.special_tokens import PAD
 class TokenLayout:
     """The tokens of a ``[B, T]`` batch: its padding mask and the tokens' flat positions."""
 
-    def __init__(self, padding: Tensor, index: Tensor | None = None):
+    def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None):
         self.padding = padding  # [B, T], True at PAD
+        self.noise = noise  # [N] int64: the tokens' dropout keys (training), or None
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
 
     @classmethod
-    def of(cls, tokens: Tensor, index: Tensor | None = None) -> "TokenLayout":
+    def of(cls, tokens: Tensor, index: Tensor | None = None,
+           noise: Tensor | None = None) -> "TokenLayout":
         """The layout of right-padded token ids ``[B, T]`` (``index`` if known already)."""
-        return cls(tokens.eq(PAD), index)
+        return cls(tokens.eq(PAD), index, noise)
 
     @cached_property
     def index(self) -> Tensor:  # [N]: b * T + t of every token, ascending
@@ -56,6 +59,10 @@ class TokenLayout:
         batch, length = self.padding.shape
         flat = tokens.new_zeros(batch * length, *tokens.shape[1:]).index_copy(0, self.index, tokens)
         return flat.view(batch, length, *tokens.shape[1:])
+
+    def batch_noise(self) -> Tensor | None:
+        """``[B, T]``: the tokens' dropout keys in place (0 at padding), or None."""
+        return None if self.noise is None else self.pad(self.noise)
 
     def select(self, rows: Tensor) -> "TokenLayout":
         """The layout of the batch's rows ``rows`` (beam search repeats and drops sentences)."""

@@ -2,7 +2,8 @@
 
 One embedding matrix is shared by the source embedding, the target embedding and the pre-softmax
 projection (section 3.4); embeddings are multiplied by sqrt(d_model), positions are added and
-dropout is applied to the sum (section 5.4). Initialisation (not stated in the paper): the shared
+dropout is applied to the sum (section 5.4), with noise keyed by the tokens
+(:mod:`reproduce.model.dropout`). Initialisation (not stated in the paper): the shared
 embedding ~ N(0, d_model^-0.5) as in tensor2tensor, Xavier-uniform linear weights, zero biases.
 
 The encoder and the teacher-forced decoder compute on the batch's tokens only
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
+from reproduce.model.dropout import TokenDropout, number_sites
 from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.positional import LearnedPositions, SinusoidalPositions
@@ -52,18 +54,21 @@ class Transformer(EncoderDecoder):
             self.positions = LearnedPositions(config.d_model, config.max_positions)
         else:
             self.positions = SinusoidalPositions(config.d_model)
-        self.embedding_dropout = nn.Dropout(config.dropout)
+        self.embedding_dropout = TokenDropout(config.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
+        number_sites(self)
 
     def _embed(self, tokens: Tensor, layout: TokenLayout | None = None, offset: int = 0) -> Tensor:
         """Scaled embeddings plus positions of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's
         tokens, or ``[B, T, d]`` (positions from ``offset``) without a layout."""
         positions = self.positions(tokens.size(1), offset)  # [T, d]
+        noise = None
         if layout is not None:
             tokens, positions = layout.unpad(tokens), positions[layout.positions()]
+            noise = layout.noise
         scaled = self.embedding(tokens) * math.sqrt(self.config.d_model)
-        return self.embedding_dropout(scaled + positions)
+        return self.embedding_dropout(scaled + positions, noise)
 
     def encode(self, source: Tensor, layout: TokenLayout | None = None) -> EncoderOutput:
         """``source`` ``[B, S]``, right-padded; ``layout`` its :class:`TokenLayout` if known."""

@@ -9,10 +9,12 @@ pair joins while it overshoots the budget on neither side by more than half its 
 steps land on ``tokens_per_step`` on average instead of above it. Each epoch visits the
 micro-batches in a new seeded order, and a step takes the next ``micro_batches_per_step`` of them.
 With ``W`` ranks (``W`` divides the count), rank ``r`` computes micro-batches ``r, r+W, ...``:
-the step does not depend on the number of GPUs, and no rank is ever without data. A micro-batch
-larger than ``max_tokens_per_device`` padded tokens per side is split by length into several
-forward passes, the same on any rank. Tensor widths are rounded up to a multiple of
-``pad_to_multiple``, which bounds the number of distinct shapes the GPU kernels see.
+the step does not depend on the number of GPUs, and no rank is ever without data. A rank fuses
+its share into as few forward passes as fit ``max_tokens_per_device`` padded tokens per side,
+its pairs sorted by length (:func:`device_passes`): each token's dropout noise is its own
+(:mod:`reproduce.model.dropout`), so how a step is cut into passes changes nothing but float
+summation order. Tensor widths are rounded up to a multiple of ``pad_to_multiple``, which bounds
+the number of distinct shapes the GPU kernels see.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ConfigError
+from reproduce.model.dropout import token_keys
 from reproduce.special_tokens import BOS, EOS, PAD
 
 log = logging.getLogger(__name__)
@@ -37,11 +40,15 @@ class Batch:
     target_output: torch.Tensor  # [B, T]: ids + EOS
     source_index: torch.Tensor  # [M]: flat positions b * S + s of the source tokens
     target_index: torch.Tensor  # [N]: flat positions b * T + t of the target tokens
+    # The tokens' dropout keys (training; reproduce.model.dropout), or None
+    source_noise: torch.Tensor | None = None  # [M] int64
+    target_noise: torch.Tensor | None = None  # [N] int64
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(*(tensor.to(device, non_blocking=True) for tensor in (
-            self.source, self.target_input, self.target_output, self.source_index,
-            self.target_index)))
+        return Batch(*(None if tensor is None else tensor.to(device, non_blocking=True)
+                       for tensor in (self.source, self.target_input, self.target_output,
+                                      self.source_index, self.target_index, self.source_noise,
+                                      self.target_noise)))
 
     def target_tokens(self) -> torch.Tensor:
         """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
@@ -88,51 +95,43 @@ def pack_batches(
 
 
 def pack_micro_batches(
-    source_lengths: np.ndarray, target_lengths: np.ndarray, budget: float, max_padded: int,
-    max_source_tokens: int, multiple: int = 1,
+    source_lengths: np.ndarray, target_lengths: np.ndarray, budget: float, max_source_tokens: int
 ) -> list[np.ndarray]:
     """Micro-batches of about ``budget`` real tokens on each side (training).
 
     A pair joins the current micro-batch while, on each side, the total overshoots ``budget`` by
-    at most half the pair's own size (rounding to the nearest, so the mean lands on the budget),
-    and the padded tensors (widths rounded up to ``multiple``) stay within ``max_padded``.
+    at most half the pair's own size (rounding to the nearest, so the mean lands on the budget).
+    How the device computes them is not their concern (:func:`device_passes`), so the steps of
+    a run do not depend on the device's memory.
     """
     source_sizes, target_sizes = source_lengths + 1, target_lengths + 1
-    indices = _usable_pairs(source_sizes, target_sizes, min(max_source_tokens, max_padded))
-    batches, start = [], 0
-    source_total = target_total = longest_source = longest_target = 0
+    indices = _usable_pairs(source_sizes, target_sizes, max_source_tokens)
+    batches, start, source_total, target_total = [], 0, 0, 0
     for position, index in enumerate(indices):
         s, t = int(source_sizes[index]), int(target_sizes[index])
-        count = position - start + 1
-        widest = max(round_up(max(longest_source, s), multiple),
-                     round_up(max(longest_target, t), multiple))
-        fits = (2 * source_total + s <= 2 * budget and 2 * target_total + t <= 2 * budget
-                and widest * count <= max_padded)
-        if count > 1 and not fits:
+        fits = 2 * source_total + s <= 2 * budget and 2 * target_total + t <= 2 * budget
+        if position > start and not fits:
             batches.append(indices[start:position])
-            start, source_total, target_total, longest_source, longest_target = position, 0, 0, 0, 0
+            start, source_total, target_total = position, 0, 0
         source_total, target_total = source_total + s, target_total + t
-        longest_source, longest_target = max(longest_source, s), max(longest_target, t)
     if start < len(indices):
         batches.append(indices[start:])
     return batches
 
 
 def device_passes(
-    micro_batch: np.ndarray, corpus: EncodedCorpus, max_padded: int, multiple: int = 1
+    pairs: np.ndarray, corpus: EncodedCorpus, max_padded: int, multiple: int = 1
 ) -> list[np.ndarray]:
-    """A micro-batch's forward passes: its pairs by length, a pass growing while its padded
-    tensors fit ``max_padded`` tokens per side (widths rounded up to ``multiple``); one pass where
-    the micro-batch fits.
+    """The forward passes of a rank's pairs (its micro-batches of a step, together): the pairs
+    by length, a pass growing while its padded tensors fit ``max_padded`` tokens per side
+    (widths rounded up to ``multiple``); one pass where they all fit.
 
-    A pass never mixes micro-batches: a micro-batch is then computed alike on whichever rank it
-    lands, with the same tensor shapes and the same dropout noise (seeded per micro-batch), so the
-    trained model does not depend on the number of ranks. Padding costs a pass little: the
-    model's matrices compute on the tokens alone (:mod:`reproduce.model.token_layout`), and only
+    Sorting by length makes the passes' padding small; it costs little anyway: the model's
+    matrices compute on the tokens alone (:mod:`reproduce.model.token_layout`), and only
     attention's products see the padded batch.
     """
-    source_sizes = corpus.source_lengths[micro_batch] + 1
-    target_sizes = corpus.target_lengths[micro_batch] + 1
+    source_sizes = corpus.source_lengths[pairs] + 1
+    target_sizes = corpus.target_lengths[pairs] + 1
     order = np.lexsort((source_sizes, target_sizes))
     passes, start, widest_source, widest_target = [], 0, 0, 0
     for position, pair in enumerate(order):
@@ -141,16 +140,17 @@ def device_passes(
         widest = max(round_up(max(widest_source, s), multiple),
                      round_up(max(widest_target, t), multiple))
         if rows > 1 and widest * rows > max_padded:
-            passes.append(micro_batch[order[start:position]])
+            passes.append(pairs[order[start:position]])
             start, widest_source, widest_target = position, 0, 0
         widest_source, widest_target = max(widest_source, s), max(widest_target, t)
-    passes.append(micro_batch[order[start:]])
+    passes.append(pairs[order[start:]])
     return passes
 
 
 def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False,
-            multiple: int = 1) -> Batch:
-    """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``."""
+            multiple: int = 1, step_key: int | None = None) -> Batch:
+    """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``;
+    with a ``step_key`` (:func:`reproduce.model.dropout.step_key`), the tokens' dropout keys."""
     sources = [corpus.source(int(i)) for i in indices]
     targets = [corpus.target(int(i)) for i in indices]
     source_sizes = np.array([len(s) + 1 for s in sources])  # + EOS
@@ -169,6 +169,9 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
         target_output[row, len(t)] = EOS
     tensors = [source, target_input, target_output, _token_positions(source_sizes, source_width),
                _token_positions(target_sizes, target_width)]
+    if step_key is not None:
+        tensors += [torch.from_numpy(token_keys(step_key, indices, sizes, side))
+                    for side, sizes in enumerate((source_sizes, target_sizes))]
     if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
         tensors = [tensor.pin_memory() for tensor in tensors]
     return Batch(*tensors)
@@ -179,6 +182,22 @@ def _token_positions(sizes: np.ndarray, width: int) -> torch.Tensor:
     starts = np.repeat(np.arange(len(sizes)) * width - np.concatenate([[0], np.cumsum(sizes)[:-1]]),
                        sizes)
     return torch.from_numpy(starts + np.arange(int(sizes.sum())))
+
+
+def _too_little_data(corpus: EncodedCorpus, filled: int, budget: float, wanted: int,
+                     max_source_tokens: int) -> str:
+    """Why the training split cannot fill one step, naming the split's folder: every pair too
+    long for the model (the limit and the setting that sets it), or too few pairs."""
+    sizes = np.maximum(corpus.source_lengths, corpus.target_lengths) + 1  # + EOS
+    too_long = int((sizes > max_source_tokens).sum())
+    if filled == 0 and too_long:
+        rest = "" if too_long == len(sizes) else "; the rest are empty"
+        return (f"{corpus.directory}: none of its {len(sizes)} pairs fits the model: {too_long} "
+                f"are longer than training.max_source_tokens = {max_source_tokens} positions "
+                f"per side, the longest {int(sizes.max())} with EOS{rest}")
+    return (f"{corpus.directory}: the training data fills {filled} micro-batches of "
+            f"~{budget:.0f} tokens, fewer than the training.micro_batches_per_step "
+            f"({wanted}) of one step")
 
 
 @dataclass
@@ -192,19 +211,15 @@ class MicroBatchStream:
     micro-batches of about ``tokens_per_step / micro_batches_per_step`` tokens per side."""
 
     def __init__(self, corpus: EncodedCorpus, tokens_per_step: int, micro_batches_per_step: int,
-                 max_padded: int, max_source_tokens: int, seed: int, multiple: int = 1,
-                 position: StreamPosition | None = None):
+                 max_source_tokens: int, seed: int, position: StreamPosition | None = None):
         self.corpus = corpus
         self.micro_batches_per_step = micro_batches_per_step
         budget = tokens_per_step / micro_batches_per_step
         self.batches = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, budget,
-                                          max_padded, max_source_tokens, multiple)
+                                          max_source_tokens)
         if len(self.batches) < micro_batches_per_step:
-            raise ConfigError(
-                f"the training data fills {len(self.batches)} micro-batches of ~{budget:.0f} "
-                f"tokens, fewer than training.micro_batches_per_step ({micro_batches_per_step}) "
-                "needed for one step"
-            )
+            raise ConfigError(_too_little_data(corpus, len(self.batches), budget,
+                                               micro_batches_per_step, max_source_tokens))
         self.seed = seed
         self.position = position or StreamPosition()
         self._order = self._epoch_order(self.position.epoch)

@@ -40,7 +40,7 @@ Updates that overflow whatever S (S below :data:`MIN_LOSS_SCALE`) stop the run w
 
 from __future__ import annotations
 
-import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -87,6 +87,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return _AUTOCAST_DTYPES.get(precision)
 
 
+class Update(NamedTuple):
+    """What :meth:`OptimizerUpdate.apply` did: ``applied`` (False: an fp16 overflow, skipped),
+    the true gradient's L2 norm before clipping, and 1.0 where the optimizer skipped a
+    non-finite gradient (fp32, bf16), all but ``applied`` on the device."""
+
+    applied: bool
+    norm: Tensor
+    not_finite: Tensor
+
+
 class OptimizerUpdate:
     """The update of one step from its accumulated gradient: loss scaling (fp16), optional
     clipping of the true gradient, the optimizer's step, and the scale's adjustment.
@@ -111,20 +121,31 @@ class OptimizerUpdate:
         """Back-propagate ``loss`` (times S under fp16); gradients accumulate as usual."""
         self.scaler.scale(loss).backward()
 
-    def apply(self, measure_norm: bool) -> tuple[bool, Tensor | None]:
-        """Update the parameters from their gradients; whether the update was applied (False:
-        skipped on overflow), and the L2 norm of the true gradient before clipping, as a tensor
-        on the device (no host synchronisation), where clipping or ``measure_norm`` computed it.
+    def apply(self) -> "Update":
+        """Update the parameters from their gradients, unless the gradient is not finite.
+
+        Under loss scaling the scaler finds an overflow and skips the update (``applied`` False,
+        read on the host). Otherwise the gradient's norm tells, and the optimizer skips a
+        non-finite update on the device (``not_finite``, as GradScaler's ``found_inf`` makes
+        fused Adam do at scale 1): nothing here waits for the device.
         """
-        norm = None
-        if self.clip_norm is not None or measure_norm:
-            self.scaler.unscale_(self.optimizer)  # clip and measure the gradient, not S times it
-            # The norm before clipping; an infinite limit scales by exactly 1 (measure only).
-            limit = math.inf if self.clip_norm is None else self.clip_norm
-            norm = torch.nn.utils.clip_grad_norm_(self.parameters, limit)
+        self.scaler.unscale_(self.optimizer)  # clip and measure the gradient, not S times it
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        if self.clip_norm is None:
+            norm = torch.nn.utils.get_total_norm(grads)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.clip_norm)
+        not_finite = torch.zeros((), dtype=torch.float32, device=norm.device)
+        if not self.scaler.is_enabled():
+            not_finite = (~torch.isfinite(norm)).float()
+            if not self.optimizer.defaults.get("fused"):  # an unfused optimizer asks the host
+                if not_finite.item():
+                    return Update(True, norm, not_finite)
+            else:
+                self.optimizer.found_inf = not_finite
         self.scaler.step(self.optimizer)  # skips the optimizer's step where it found inf or nan
         self.scaler.update()
-        return self._applied(), norm
+        return Update(self._applied(), norm, not_finite)
 
     def _applied(self) -> bool:
         """The scaler lowers S exactly when it skipped the update (and never else), so comparing

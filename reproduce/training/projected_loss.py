@@ -2,10 +2,14 @@
 computed in chunks of rows so that no ``[N, V]`` logits tensor outlives a chunk.
 
 The loss is :func:`reproduce.training.loss.label_smoothed_loss` applied to
-``F.linear(states, weight)``, summed over the non-padding target positions only (padded positions
-are never projected). Per row, with logits ``z``, ``lse = logsumexp(z)`` and the smoothed
-distribution ``q`` (``1 - eps`` on the reference, ``eps / (V - 2)`` on every other non-PAD token,
-0 on PAD; ``sum q = 1``), the loss ``-sum_k q_k log p_k`` is ``lse - sum_k q_k z_k`` and its
+``F.linear(states, weight)``, summed over the target tokens it is given: the caller passes the
+tokens alone, ``[N, d]`` and ``[N]``, never padding (the trainer's token layout), so that no
+boolean mask gives the graph a shape that only the device's data knows (a host synchronisation,
+and a graph break for ``torch.compile``).
+
+Per row, with logits ``z``, ``lse = logsumexp(z)`` and the smoothed distribution ``q``
+(``1 - eps`` on the reference, ``eps / (V - 2)`` on every other non-PAD token, 0 on PAD;
+``sum q = 1``), the loss ``-sum_k q_k log p_k`` is ``lse - sum_k q_k z_k`` and its
 gradient with respect to ``z`` is ``softmax(z) - q``. The forward pass keeps only ``lse`` per row;
 the backward pass recomputes each chunk's logits (Liger-Kernel's fused linear cross-entropy and
 Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models", do the same), then
@@ -39,19 +43,16 @@ def rows_per_chunk(vocab_size: int) -> int:
 
 def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
                                   chunk_rows: int | None = None) -> tuple[Tensor, int]:
-    """Summed label-smoothed loss of ``F.linear(states, weight)`` over non-padding targets, and
-    their count, as :func:`reproduce.training.loss.label_smoothed_loss` returns them.
+    """Summed label-smoothed loss of ``F.linear(states, weight)`` and the number of targets, as
+    :func:`reproduce.training.loss.label_smoothed_loss` returns them for unpadded targets.
 
-    states ``[..., d]``, weight ``[V, d]`` (the shared embedding), targets ``[...]``; PAD
-    targets are skipped (the trainer passes the target tokens alone, ``[N, d]`` and ``[N]``).
+    states ``[N, d]``, weight ``[V, d]`` (the shared embedding), targets ``[N]``: target tokens
+    only (a PAD target would be scored as a token).
     """
-    real = targets.reshape(-1).ne(PAD)  # [B*T] or [N]
-    kept_states = states.reshape(-1, states.size(-1))[real]  # [N, d]
-    kept_targets = targets.reshape(-1)[real]  # [N]
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
-    loss = _ChunkedProjectedLoss.apply(kept_states, weight, kept_targets, epsilon, rows,
+    loss = _ChunkedProjectedLoss.apply(states, weight, targets, epsilon, rows,
                                        _projection_dtype(states, weight))
-    return loss, kept_targets.numel()
+    return loss, targets.numel()
 
 
 def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:

@@ -1,7 +1,8 @@
 """The training forward pass: a model's teacher-forced decoder states at the target tokens,
 before the pre-softmax projection, as one module call for DistributedDataParallel and
 torch.compile to wrap. The tokens' flat positions come from the collate step (host-side, so the
-compiled graph has no data-dependent ``nonzero``; :mod:`reproduce.model.token_layout`).
+compiled graph has no data-dependent ``nonzero``; :mod:`reproduce.model.token_layout`), and so
+do the tokens' dropout keys (:mod:`reproduce.model.dropout`).
 
 The projection and the loss run outside it, fused
 (:mod:`reproduce.training.projected_loss`), with the model's shared embedding matrix. That use
@@ -19,15 +20,17 @@ from reproduce.model.token_layout import TokenLayout
 
 
 class TeacherForcedStates(nn.Module):
-    """``forward(source [B, S], target_input [B, T], source_index [M], target_index [N])`` ->
-    decoder states at the N target tokens ``[N, d_model]``."""
+    """``forward(source [B, S], target_input [B, T], source_index [M], target_index [N],
+    source_noise [M], target_noise [N])`` -> decoder states at the N target tokens
+    ``[N, d_model]``."""
 
     def __init__(self, model: TranslationModel):
         super().__init__()
         self.model = model
 
     def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,
-                target_index: Tensor) -> Tensor:
-        encoded = self.model.encode(source, TokenLayout.of(source, source_index))
-        return self.model.target_token_states(target_input, encoded,
-                                              TokenLayout.of(target_input, target_index))
+                target_index: Tensor, source_noise: Tensor | None = None,
+                target_noise: Tensor | None = None) -> Tensor:
+        encoded = self.model.encode(source, TokenLayout.of(source, source_index, source_noise))
+        return self.model.target_token_states(
+            target_input, encoded, TokenLayout.of(target_input, target_index, target_noise))

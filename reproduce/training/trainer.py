@@ -5,10 +5,16 @@ Each step's gradient is the sum of per-token losses over the step's micro-batche
 number of target tokens in the step, whatever the number of ranks: every rank back-propagates its
 share's summed losses divided by that global count, and DistributedDataParallel sums the
 gradients across ranks in buckets while the backward pass runs (it averages, so each rank's loss
-is scaled by the world size; powers of two make that exact). Dropout noise is reseeded from
-(seed, rank, step) at every step, so a resumed run replays exactly the randomness an
-uninterrupted run would have drawn. Every step's exact FLOPs (:mod:`reproduce.model.flops`) are
-counted from its pairs' lengths, for throughput and MFU.
+is scaled by the world size; powers of two make that exact). A rank fuses its share of a step
+into as few forward/backward passes as ``max_tokens_per_device`` allows
+(:func:`reproduce.training.batching.device_passes`): dropout noise is a function of (seed, step,
+pair, side, position, site, feature) (:mod:`reproduce.model.dropout`), so neither the number of
+ranks nor the cut into passes changes the model, and a resumed run replays exactly the noise an
+uninterrupted run would have drawn. Within a step nothing waits for the device but the reading
+of its totals at the end (loss, padding, passes, a non-finite gradient): shapes come from the
+host's collate, never from the data on the device. Every step's exact FLOPs
+(:mod:`reproduce.model.flops`) are counted from its pairs' lengths, for throughput and MFU.
+``training.compile: auto`` compiles the forward pass on GPUs and leaves CPUs eager.
 
 A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training.checkpoints`),
 and only if that checkpoint was trained with the same settings
@@ -23,8 +29,10 @@ uninterrupted run.
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
 checkpoints record with the loss scaler's state, so that a resumed fp16 run goes on exactly. An
-fp16 update that overflows is skipped and not counted as a step. An applied step whose loss is
-not finite stops the run (:class:`NonFiniteLossError`) before anything of it is saved.
+fp16 update that overflows is skipped and not counted as a step. In fp32 and bf16 an update whose
+gradient is not finite is never applied (the optimizer skips it on the device), and that step, or
+a step whose loss is not finite, stops the run (:class:`NonFiniteLossError`) before anything of
+it is saved.
 ``training.clip_norm`` clips the true (unscaled) gradient of a step. Every ``log_every_steps``
 steps the log says how far the run is, how fast and how long it has left
 (:mod:`reproduce.training.progress`).
@@ -51,6 +59,7 @@ from reproduce.config import ResolvedVariant, differing_settings, fingerprint, t
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
+from reproduce.model.dropout import step_key
 from reproduce.model.flops import model_flops, peak_flops
 from reproduce.output_files import write_text_whole
 from reproduce.records import dev_curve, read_records, write_records
@@ -103,14 +112,9 @@ class StepOutcome(NamedTuple):
     target_tokens: int
     flops: int
     padded_positions: int
-    grad_norm: torch.Tensor | None  # of the true gradient before clipping, where computed
-
-
-def _seed_pass(seed: int, step: int, micro_batch: int, number: int) -> None:
-    """Dropout noise of a step's ``micro_batch``-th micro-batch, ``number``-th pass: the same on
-    any rank, hence the same model for any number of ranks and across a resume onto others."""
-    sequence = np.random.SeedSequence([seed, step, micro_batch, number])
-    torch.manual_seed(int(sequence.generate_state(1, np.uint64)[0]))
+    passes: float  # forward/backward passes per rank
+    grad_norm: torch.Tensor  # of the true gradient before clipping
+    gradient_finite: bool
 
 
 class Trainer:
@@ -144,25 +148,26 @@ class Trainer:
         teacher_forced = TeacherForcedStates(self.model)
         self.parallel = distributed.data_parallel(teacher_forced)
         wrapped = self.parallel or teacher_forced
-        self.forward = torch.compile(wrapped) if t.compile else wrapped
+        self.compiled = t.compile is True or (t.compile == "auto" and self.device.type == "cuda")
+        self.forward = torch.compile(wrapped) if self.compiled else wrapped
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.parameters = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.parameters, lr=0.0,
                                           betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-                                          fused=self.device.type == "cuda")
+                                          fused=True)
         self.optimizer_update = OptimizerUpdate(self.optimizer, self.device.type,
                                                 loss_scaling=self.precision == "fp16",
                                                 clip_norm=t.clip_norm)
         self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step,
-                                       t.micro_batches_per_step, t.max_tokens_per_device,
-                                       t.max_source_tokens, t.seed, t.pad_to_multiple)
+                                       t.micro_batches_per_step, t.max_source_tokens, t.seed)
         self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
                                            t.checkpoints.every_minutes, t.checkpoints.keep_last,
                                            final_step=t.steps)
         self.step = 0
         self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0,
-                       "training_flops": 0, "padded_positions": 0, "skipped_steps": 0}
+                       "training_flops": 0, "padded_positions": 0, "skipped_steps": 0,
+                       "passes": 0.0}
         self.last_train_loss = float("nan")
         self.last_dev_loss = float("nan")
         if checkpoint is not None:
@@ -251,6 +256,7 @@ class Trainer:
         if recorded is None:
             raise SettingsMismatchError(f"{path}: records no training settings (written by an "
                                         f"older version); {hint}")
+        self._check_same_data(path, state, hint)
         if recorded != self.settings:
             differences = "; ".join(differing_settings(recorded, self.settings))
             raise SettingsMismatchError(f"{path}: trained with other settings than variant "
@@ -259,6 +265,22 @@ class Trainer:
             raise SettingsMismatchError(
                 f"{path}: already at step {state['step']}, beyond training.steps = "
                 f"{self.training.steps}; only raising steps continues a run; {hint}")
+
+    def _check_same_data(self, path: Path, state: dict, hint: str) -> None:
+        """A checkpoint of another vocabulary or sentencepiece model is refused before its
+        weights are loaded (they would not fit, or would mean other pieces)."""
+        train_dir = self.train_corpus.directory
+        if state.get("vocab_size") != self.vocab_size:
+            raise SettingsMismatchError(
+                f"{path}: trained with a vocabulary of {state.get('vocab_size')} pieces, but "
+                f"{train_dir} has {self.vocab_size}; {hint}")
+        recorded, current = state.get("spm_model_sha256"), self.train_corpus.meta.get(
+            "spm_model_sha256")
+        if recorded != current:
+            raise SettingsMismatchError(
+                f"{path}: trained on pieces of the sentencepiece model with sha256 "
+                f"{str(recorded)[:12]}..., but {train_dir} was encoded with "
+                f"{str(current)[:12]}...; {hint}")
 
     # -- metrics --------------------------------------------------------------------------------
     @property
@@ -300,48 +322,59 @@ class Trainer:
     def _train_step(self) -> StepOutcome:
         """One optimizer step on the stream's next micro-batches (skipped on an fp16 overflow:
         then ``self.step`` stays, and the next attempt takes the next micro-batches)."""
-        t = self.training
         group = self.stream.next_step()
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
-        totals = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, padded positions
-        dtype = autocast_dtype(self.precision)
-        pin = self.device.type == "cuda"
-        passes = [(micro_batch, number, indices)
-                  for micro_batch in range(self.rank, len(group), self.world)
-                  for number, indices in enumerate(device_passes(
-                      group[micro_batch], self.train_corpus, t.max_tokens_per_device,
-                      t.pad_to_multiple))]
-        batches = [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple)
-                   for _, _, indices in passes]
-        passes_and_batches = zip(passes, batches, strict=True)
-        for position, ((micro_batch, number, _), pending) in enumerate(passes_and_batches):
+        # loss, padded positions, passes: summed on the device, read once at the end of the step
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        batches = self._collate_passes(group, step_key(self.training.seed, attempted))
+        for number, pending in enumerate(batches):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
-            _seed_pass(t.seed, attempted, micro_batch, number)
-            # Gradients are all-reduced during the last backward.
-            last = position == len(batches) - 1
+            last = number == len(batches) - 1  # gradients are all-reduced during its backward
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
-                with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
-                    states = self.forward(batch.source, batch.target_input, batch.source_index,
-                                          batch.target_index)  # [N, d] at the target tokens
-                    loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
-                                                            batch.target_tokens(),
-                                                            self.config.label_smoothing)
+                loss = self._pass_loss(batch)
                 self.optimizer_update.backward(loss * (self.world / target_tokens))  # x S in fp16
-            totals[0] += loss.detach()  # stays on the device: no synchronisation per pass
+            totals[0] += loss.detach()
+        totals[2] += len(batches)
         distributed.all_reduce_sum(totals)
-        lr = learning_rate(attempted, self.config.d_model, t.warmup_steps, t.lr_scale)  # eq. 3
+        lr = learning_rate(attempted, self.config.d_model, self.training.warmup_steps,
+                           self.training.lr_scale)  # eq. 3
         for group_settings in self.optimizer.param_groups:
             group_settings["lr"] = lr
-        applied, grad_norm = self.optimizer_update.apply(measure_norm=self._logs_at(attempted))
+        update = self.optimizer_update.apply()
+        loss_total, padded, passes, not_finite = torch.cat(
+            [totals, update.not_finite.to(totals.dtype).view(1)]).tolist()
+        applied = update.applied and not not_finite
         if applied:
             self.step = attempted
-        loss_total, padded = totals.tolist()
-        return StepOutcome(applied, loss_total / target_tokens, source_tokens, target_tokens, flops,
-                           int(padded), grad_norm)
+        return StepOutcome(update.applied, loss_total / target_tokens, source_tokens,
+                           target_tokens, flops, int(padded), passes / self.world, update.norm,
+                           not not_finite)
+
+    def _collate_passes(self, group: list[np.ndarray], key: int) -> list:
+        """This rank's micro-batches of the step, fused into passes and collated in the
+        background (while the device computes), with the tokens' dropout keys of step ``key``."""
+        t = self.training
+        share = np.concatenate(group[self.rank::self.world])
+        pin = self.device.type == "cuda"
+        return [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple, key)
+                for indices in device_passes(share, self.train_corpus, t.max_tokens_per_device,
+                                             t.pad_to_multiple)]
+
+    def _pass_loss(self, batch) -> torch.Tensor:
+        """The summed label-smoothed loss of one pass's target tokens (section 5.4)."""
+        dtype = autocast_dtype(self.precision)
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
+            states = self.forward(batch.source, batch.target_input, batch.source_index,
+                                  batch.target_index, batch.source_noise,
+                                  batch.target_noise)  # [N, d] at the target tokens
+            loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
+                                                    batch.target_tokens(),
+                                                    self.config.label_smoothing)
+            return loss
 
     def _evaluate(self) -> None:
         total, tokens = corpus_negative_log_likelihood(
@@ -384,11 +417,7 @@ class Trainer:
             if not outcome.applied:
                 self._skipped()
                 continue
-            if not math.isfinite(outcome.loss):
-                raise NonFiniteLossError(
-                    f"step {self.step}: the training loss is {outcome.loss} ({self.precision}): "
-                    f"training diverged, and this step was not saved; lower training.lr_scale or "
-                    f"raise training.warmup_steps, then start over with --restart")
+            self._check_finite(outcome)
             self._count(outcome)
             window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
             progress.update(1)
@@ -413,6 +442,19 @@ class Trainer:
             return None
         return self._finish()
 
+    def _check_finite(self, outcome: StepOutcome) -> None:
+        """Stop a diverged run: its last step's loss or gradient is inf or nan (a non-finite
+        gradient's update was not applied: ``self.step`` is still the step before)."""
+        if outcome.gradient_finite and math.isfinite(outcome.loss):
+            return
+        attempted = self.step if outcome.gradient_finite else self.step + 1
+        what = (f"the training loss is {outcome.loss}" if not math.isfinite(outcome.loss)
+                else f"the gradient is not finite (norm {outcome.grad_norm.item()})")
+        raise NonFiniteLossError(
+            f"step {attempted}: {what} ({self.precision}): training diverged, and this step was "
+            f"not saved; lower training.lr_scale or raise training.warmup_steps, then start over "
+            f"with --restart")
+
     def _skipped(self) -> None:
         self.totals["skipped_steps"] += 1
         if self.rank == 0:
@@ -425,20 +467,23 @@ class Trainer:
         self.totals["target_tokens"] += outcome.target_tokens
         self.totals["training_flops"] += outcome.flops
         self.totals["padded_positions"] += outcome.padded_positions
+        self.totals["passes"] += outcome.passes
         self.last_train_loss = outcome.loss
 
     def _log_progress(self, outcome: StepOutcome, window: ThroughputWindow, progress: tqdm) -> None:
         """Record the step's metrics; log a progress line where no progress bar shows."""
         rates = window.rates(self._peak_flops())
         metrics = {"train_loss": outcome.loss, "lr": self.optimizer.param_groups[0]["lr"],
-                   "grad_norm": outcome.grad_norm.item(), **rates}
+                   "grad_norm": outcome.grad_norm.item(), "passes_per_step": outcome.passes,
+                   **rates}
         if self.precision == "fp16":
             metrics["loss_scale"] = self.optimizer_update.loss_scale
         self._record(metrics)
         progress.set_postfix(loss=f"{outcome.loss:.3f}")
         if progress.disable and self.rank == 0:
-            log.info(progress_line(self.step, self.training.steps, outcome.loss, metrics["lr"],
-                                   rates, self.totals["wall_seconds"]))
+            log.info("%s passes/step %.3g", progress_line(
+                self.step, self.training.steps, outcome.loss, metrics["lr"], rates,
+                self.totals["wall_seconds"]), outcome.passes)
 
     def _peak_flops(self) -> float | None:
         """The peak FLOP/s of all ranks together, where the device is a known GPU."""
@@ -468,6 +513,9 @@ class Trainer:
             "mean_source_tokens_per_step": totals["source_tokens"] / steps,
             "mean_target_tokens_per_step": totals["target_tokens"] / steps,
             "micro_batches_per_step": self.training.micro_batches_per_step,
+            # Forward/backward passes a rank made per step (max_tokens_per_device caps a pass).
+            "mean_passes_per_step": totals["passes"] / steps,
+            "compiled": self.compiled,
             "target_tokens_per_second": totals["target_tokens"] / seconds,
             "model_flops_per_second": totals["training_flops"] / seconds,
             # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown

@@ -1,0 +1,138 @@
+"""Dropout noise that belongs to the token (reproduce/model/dropout.py): right in distribution
+(keep-probability 1 - P_drop, kept units scaled by 1 / (1 - P_drop), independent across sites,
+steps, tokens and features), the same for a token in whichever pass it is computed, and the same
+hash on the host and on the device."""
+
+import numpy as np
+import pytest
+import torch
+
+from reproduce.model.architectures import build_model
+from reproduce.data.encoded import EncodedCorpus
+from reproduce.model.dropout import (AttentionDropout, TokenDropout, mix, mix_host, step_key,
+                                     token_keys)
+from reproduce.model.token_layout import TokenLayout
+from reproduce.training.batching import collate
+from reproduce.training.teacher_forcing import TeacherForcedStates
+from tests.training_fixtures import random_corpus, small_variant
+
+PAIRS, POSITIONS, FEATURES = 4000, 16, 64  # 4,096,000 units a site
+
+
+def _keys(seed: int = 1, step: int = 1, side: int = 0) -> torch.Tensor:
+    sizes = np.full(PAIRS, POSITIONS)
+    return torch.from_numpy(token_keys(step_key(seed, step), np.arange(PAIRS), sizes, side))
+
+
+def _mask(site: int, keys: torch.Tensor, p: float) -> torch.Tensor:
+    dropout = TokenDropout(p)
+    dropout.set_site(site)
+    return dropout(torch.ones(len(keys), FEATURES), keys) != 0
+
+
+def _within(observed: float, expected: float, count: int, sigmas: float = 5.0) -> bool:
+    """``observed`` rate within ``sigmas`` binomial standard deviations of ``expected``."""
+    return abs(observed - expected) <= sigmas * (expected * (1 - expected) / count) ** 0.5
+
+
+def test_the_device_hash_is_the_host_hash_bit_for_bit():
+    values = np.random.default_rng(0).integers(0, 2**64, 10_000, dtype=np.uint64)
+    device = mix(torch.from_numpy(values.view(np.int64))).numpy()
+    assert np.array_equal(device, mix_host(values).view(np.int64))
+    # splitmix64's published first output for seed 0: mix(0 + golden gamma)
+    assert int(mix_host(np.array([0x9E3779B97F4A7C15], dtype=np.uint64))[0]) == 0xE220A8397B1DCDAF
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_units_are_kept_with_probability_one_minus_p_and_scaled_by_its_inverse(p):
+    dropout = TokenDropout(p)
+    x = torch.randn(PAIRS * POSITIONS, FEATURES, dtype=torch.float64)
+    y = dropout(x, _keys())
+    kept = y != 0
+    assert _within(kept.double().mean().item(), 1 - p, kept.numel())
+    assert torch.equal(y[kept], x[kept] * (1 / (1 - p)))
+    assert torch.equal(dropout.eval()(x, _keys()), x)  # off in evaluation
+
+
+def test_sites_steps_tokens_and_features_draw_independent_noise():
+    p = 0.3
+    keys = _keys()
+    site = _mask(1, keys, p)
+    count = site.numel()
+    pairs_of_masks = {
+        "another site": _mask(2, keys, p),
+        "another step": _mask(1, _keys(step=2), p),
+        "another seed": _mask(1, _keys(seed=2), p),
+        "the other side": _mask(1, _keys(side=1), p),
+        "the next position": torch.roll(site, 1, dims=0),
+        "the next feature": torch.roll(site, 1, dims=1),
+    }
+    for name, other in pairs_of_masks.items():
+        both = (site & other).double().mean().item()
+        assert _within(both, (1 - p) ** 2, count), name  # P(both kept) = P(kept)^2
+    # and the keep rate of each feature, and of each position, is 1 - p (no feature or position
+    # is favoured)
+    per_feature = site.double().mean(dim=0)
+    per_position = site.view(PAIRS, POSITIONS, FEATURES).double().mean(dim=(0, 2))
+    assert all(_within(rate, 1 - p, PAIRS * POSITIONS) for rate in per_feature.tolist())
+    assert all(_within(rate, 1 - p, PAIRS * FEATURES) for rate in per_position.tolist())
+
+
+def test_attention_dropout_keeps_one_minus_p_independently_of_heads_and_key_positions():
+    p, batch, heads, length = 0.2, 64, 4, 32
+    dropout = AttentionDropout(p)
+    dropout.set_site(5)
+    query_keys = torch.from_numpy(token_keys(step_key(1, 1), np.arange(batch),
+                                             np.full(batch, length), 1)).view(batch, length)
+    kept = dropout(torch.ones(batch, heads, length, length), query_keys) != 0
+    assert _within(kept.double().mean().item(), 1 - p, kept.numel())
+    both_heads = (kept[:, 0] & kept[:, 1]).double().mean().item()
+    both_keys = (kept[..., 0] & kept[..., 1]).double().mean().item()
+    assert _within(both_heads, (1 - p) ** 2, kept[:, 0].numel())
+    assert _within(both_keys, (1 - p) ** 2, kept[..., 0].numel())
+
+
+def test_every_dropout_site_of_a_model_has_its_own_number():
+    for architecture in ("transformer", "rnn"):
+        variant = small_variant(steps=1)
+        config = variant.model.model_copy(update={"architecture": architecture, "layers": 2})
+        model = build_model(config, 40)
+        bases = [module.base for module in model.modules() if hasattr(module, "base")]
+        assert len(bases) == len(set(bases)) > 3, architecture
+    rebuilt = build_model(config, 40)
+    assert [m.base for m in rebuilt.modules() if hasattr(m, "base")] == bases  # stable
+
+
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+@pytest.mark.parametrize("attention_dropout", [0.0, 0.2])
+def test_a_sentence_meets_the_same_noise_in_whatever_pass_it_is_computed(tmp_path, architecture,
+                                                                         attention_dropout):
+    """Pairs 0-5 in one pass, and pairs 0-2 and 3-5 in two passes of other widths: every token's
+    training-mode states are the same (float summation order aside)."""
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "corpus", 6, seed=5))
+    variant = small_variant(steps=1, dropout=0.3)
+    config = variant.model.model_copy(update={"architecture": architecture,
+                                              "attention_dropout": attention_dropout})
+    torch.manual_seed(0)
+    model = TeacherForcedStates(build_model(config, corpus.vocab_size)).train()
+    key = step_key(7, 3)
+
+    def states(indices, multiple):
+        batch = collate(corpus, np.array(indices), multiple=multiple, step_key=key)
+        return model(batch.source, batch.target_input, batch.source_index, batch.target_index,
+                     batch.source_noise, batch.target_noise)  # [N, d], pair by pair
+
+    whole = states(range(6), 1)
+    parts = torch.cat([states([0, 1, 2], 8), states([3, 4, 5], 16)])
+    assert torch.allclose(whole, parts, atol=1e-5)
+    other_step = collate(corpus, np.arange(6), step_key=step_key(7, 4))
+    assert not torch.equal(other_step.target_noise, collate(corpus, np.arange(6),
+                                                            step_key=key).target_noise)
+
+
+def test_a_layout_without_keys_still_drops_in_training():
+    dropout = TokenDropout(0.5)
+    x = torch.ones(1000, 8)
+    layout = TokenLayout(torch.zeros(10, 100, dtype=torch.bool))
+    assert layout.noise is None
+    assert 0.4 < (dropout(x, layout.noise) == 0).double().mean().item() < 0.6
