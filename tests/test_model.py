@@ -116,3 +116,23 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
     token = torch.tensor([[EOS]])
     expected = model.embedding.weight[EOS] * math.sqrt(32) + sinusoidal_table(1, 32)[0]
     assert torch.allclose(model._embed(token)[0, 0], expected, atol=1e-6)
+
+
+def test_every_linear_layer_has_xavier_uniform_weights_and_zero_biases():
+    """Xavier-uniform: U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), for each projection
+    inside a fused weight (Q, K, V) as if separate; drawn at a size where the largest entry
+    reaches nearly a and the variance is a^2 / 3."""
+    model = tiny_model(d_model=64, d_ff=256, heads=4, d_k=16, d_v=16)
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    # encoder: Q/K/V, W^O, FFN x2; decoder: self Q/K/V, W^O, cross Q, K/V, W^O, FFN x2
+    assert len(linears) == 2 * 4 + 2 * 7
+    for name, linear in linears:
+        parent, leaf = name.rsplit(".", 1)
+        fused = {"qkv": "sizes", "kv": "kv_sizes"}.get(leaf)
+        sizes = getattr(model.get_submodule(parent), fused) if fused else [linear.out_features]
+        for block in torch.split(linear.weight.detach(), sizes):
+            bound = math.sqrt(6 / (block.size(0) + block.size(1)))
+            assert block.abs().max() <= bound, name
+            assert block.abs().max() > 0.95 * bound, name
+            assert block.var().item() == pytest.approx(bound**2 / 3, rel=0.15), name
+        assert linear.bias is None or not linear.bias.any(), name

@@ -25,7 +25,7 @@ def _keys(seed: int = 1, step: int = 1, side: int = 0) -> torch.Tensor:
 
 
 def _mask(site: int, keys: torch.Tensor, p: float) -> torch.Tensor:
-    dropout = TokenDropout(p)
+    dropout = TokenDropout(p, FEATURES)
     dropout.set_site(site)
     return dropout(torch.ones(len(keys), FEATURES), keys) != 0
 
@@ -45,7 +45,7 @@ def test_the_device_hash_is_the_host_hash_bit_for_bit():
 
 @pytest.mark.parametrize("p", [0.1, 0.3])
 def test_units_are_kept_with_probability_one_minus_p_and_scaled_by_its_inverse(p):
-    dropout = TokenDropout(p)
+    dropout = TokenDropout(p, FEATURES)
     x = torch.randn(PAIRS * POSITIONS, FEATURES, dtype=torch.float64)
     y = dropout(x, _keys())
     kept = y != 0
@@ -131,7 +131,7 @@ def test_a_sentence_meets_the_same_noise_in_whatever_pass_it_is_computed(tmp_pat
 
 
 def test_a_layout_without_keys_still_drops_in_training():
-    dropout = TokenDropout(0.5)
+    dropout = TokenDropout(0.5, 8)
     x = torch.ones(1000, 8)
     layout = TokenLayout(torch.zeros(10, 100, dtype=torch.bool))
     assert layout.noise is None

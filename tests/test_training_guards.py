@@ -1,6 +1,8 @@
 """Faults refused before training or stopped at once, each with one line: a folder where a
 checkpoint belongs, a loss gone non-finite, SIGHUP, too few checkpoints to average."""
 
+import json
+import shutil
 import signal
 import subprocess
 
@@ -11,9 +13,9 @@ import yaml
 from reproduce.config import ConfigError, load_experiment
 from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import NonFiniteLossError, Trainer
+from reproduce.training.trainer import NonFiniteLossError, SettingsMismatchError, Trainer
 from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
-from tests.training_fixtures import ROOT, corpus_pair, small_variant
+from tests.training_fixtures import ROOT, corpus_pair, small_variant, write_encoded
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
@@ -128,3 +130,40 @@ def test_exactly_enough_checkpoints_to_average_are_accepted(tmp_path):
     path = _tiny_with(tmp_path, steps=33, average_last=5, checkpoints={
         "every_steps": 8, "every_minutes": 10, "keep_last": 5})  # 8, 16, 24, 32 and 33
     assert load_experiment(path).training.average_last == 5
+
+
+# -- a checkpoint of other data --------------------------------------------------------------------
+def test_resuming_on_a_split_of_another_vocabulary_is_one_line_naming_both(corpora, tmp_path):
+    Trainer(small_variant(steps=9), "t", *corpora, tmp_path / "run").run(stop_after_steps=3)
+    other = tmp_path / "other"
+    write_encoded(other, 33, [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14])] * 200)
+    with pytest.raises(SettingsMismatchError) as raised:
+        Trainer(small_variant(steps=9), "t", other, corpora[1], tmp_path / "run")
+    checkpoint = list_checkpoints(tmp_path / "run/checkpoints")[-1]
+    assert str(raised.value).startswith(
+        f"{checkpoint}: trained with a vocabulary of 40 pieces, but {other} has 33; to start "
+        f"over, run `reproduce train` again with --restart")
+
+
+def test_resuming_on_pieces_of_another_sentencepiece_model_is_one_line(corpora, tmp_path):
+    Trainer(small_variant(steps=9), "t", *corpora, tmp_path / "run").run(stop_after_steps=3)
+    train = tmp_path / "train"
+    shutil.copytree(corpora[0], train)
+    meta = json.loads((train / "meta.json").read_text())
+    (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
+    with pytest.raises(SettingsMismatchError, match=rf"^{tmp_path}/run/checkpoints/step_\d+\.pt: "
+                       rf"trained on pieces of the sentencepiece model with sha256 None\.\.\., but "
+                       rf"{train} was encoded with abababababab\.\.\.; to start over"):
+        Trainer(small_variant(steps=9), "t", train, corpora[1], tmp_path / "run")
+
+
+# -- a split the model cannot take ---------------------------------------------------------------
+def test_a_split_whose_every_pair_is_too_long_names_its_folder_the_cause_and_the_setting(
+        corpora, tmp_path):
+    long = tmp_path / "long"
+    write_encoded(long, 40, [(list(range(4, 34)), list(range(4, 24)))] * 50)
+    with pytest.raises(ConfigError) as raised:
+        Trainer(small_variant(steps=9, max_source_tokens=16), "t", long, corpora[1], tmp_path)
+    assert str(raised.value) == (
+        f"{long}: none of its 50 pairs fits the model: 50 are longer than "
+        f"training.max_source_tokens = 16 positions per side, the longest 31 with EOS")

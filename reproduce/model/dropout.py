@@ -95,7 +95,7 @@ def site_base(site: int) -> int:
     return int(mix_host(np.array([site], dtype=np.uint64) + np.uint64(_GAMMA)).view(np.int64)[0])
 
 
-def counter_keys(base: int, count: int, device: torch.device) -> Tensor:
+def counter_keys(base: int, count: int, device: torch.device | None) -> Tensor:
     """``int64 [count]``: the keys of a site's ``count`` features."""
     counters = torch.arange(count, dtype=torch.int64, device=device)
     return mix(counters * _signed(_GAMMA) + base)
@@ -138,16 +138,27 @@ class DropoutSite(nn.Module):
 
 
 class TokenDropout(DropoutSite):
-    """Dropout of ``x [..., d]`` keyed by ``keys [...]``, one key per token (section 5.4's
-    residual and embedding dropout)."""
+    """Dropout of ``x [..., features]`` keyed by ``keys [...]``, one key per token (section 5.4's
+    residual and embedding dropout). The features' keys are the site's constants, computed once
+    (a buffer: they follow the model to its device, and checkpoints leave them out)."""
+
+    def __init__(self, p: float, features: int):
+        super().__init__(p)
+        self.register_buffer("feature_keys", counter_keys(self.base, features, None),
+                             persistent=False)
+
+    def set_site(self, site: int) -> None:
+        super().set_site(site)
+        self.feature_keys = counter_keys(self.base, self.feature_keys.numel(),
+                                         self.feature_keys.device)
 
     def forward(self, x: Tensor, keys: Tensor | None) -> Tensor:
         if not self.active():
             return x
         if keys is None:
             keys = random_keys(x.shape[:-1], x.device)
-        features = counter_keys(self.base, x.size(-1), x.device)  # [d]
-        return apply_mask(x, keep_mask(keys.unsqueeze(-1) + features, self.p), self.p)
+        keep = keep_mask(keys.unsqueeze(-1) + self.feature_keys, self.p)  # [..., features]
+        return apply_mask(x, keep, self.p)
 
 
 class AttentionDropout(DropoutSite):

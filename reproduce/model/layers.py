@@ -23,7 +23,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float):
         super().__init__()
-        self.dropout = TokenDropout(dropout)
+        self.dropout = TokenDropout(dropout, d_model)
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, sublayer_output: Tensor,

@@ -94,7 +94,7 @@ class StackedLSTM(nn.Module):
             nn.LSTM(input_size if layer == 0 else width, hidden_size, batch_first=True,
                     bidirectional=bidirectional)
             for layer in range(layers))
-        self.between = nn.ModuleList(TokenDropout(dropout) for _ in range(layers - 1))
+        self.between = nn.ModuleList(TokenDropout(dropout, width) for _ in range(layers - 1))
 
     def forward(self, x: Tensor, lengths: Tensor | None = None,
                 state: tuple[Tensor, Tensor] | None = None,
@@ -133,12 +133,12 @@ class RecurrentSeq2Seq(EncoderDecoder):
         self.vocab_size = vocab_size
         d, layers = config.d_model, config.layers
         self.embedding = nn.Embedding(vocab_size, d)
-        self.embedding_dropout = TokenDropout(config.dropout)
+        self.embedding_dropout = TokenDropout(config.dropout, d)
         self.encoder = StackedLSTM(d, d // 2, layers, config.dropout, bidirectional=True)
         self.decoder = StackedLSTM(d, d, layers, config.dropout)
         self.attention = global_attention(config.rnn_attention, d)
         self.combine = nn.Linear(2 * d, d, bias=False)  # W_c of h~_t = tanh(W_c [c_t; h_t])
-        self.output_dropout = TokenDropout(config.dropout)
+        self.output_dropout = TokenDropout(config.dropout, d)
         for parameter in self.parameters():
             nn.init.uniform_(parameter, -INITIAL_RANGE, INITIAL_RANGE)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d**-0.5)

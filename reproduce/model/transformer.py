@@ -54,7 +54,7 @@ class Transformer(EncoderDecoder):
             self.positions = LearnedPositions(config.d_model, config.max_positions)
         else:
             self.positions = SinusoidalPositions(config.d_model)
-        self.embedding_dropout = TokenDropout(config.dropout)
+        self.embedding_dropout = TokenDropout(config.dropout, config.d_model)
         self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.layers))
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         number_sites(self)
