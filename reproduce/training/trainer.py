@@ -345,8 +345,8 @@ class Trainer:
         for group_settings in self.optimizer.param_groups:
             group_settings["lr"] = lr
         update = self.optimizer_update.apply()
-        loss_total, padded, passes, not_finite = torch.cat(
-            [totals, update.not_finite.to(totals.dtype).view(1)]).tolist()
+        readings = torch.cat([totals, update.not_finite.to(totals.dtype).view(1)])
+        loss_total, padded, passes, not_finite = readings.tolist()  # the step's one wait
         applied = update.applied and not not_finite
         if applied:
             self.step = attempted
