@@ -239,8 +239,8 @@ def test_fp32_beam_search_on_the_gpu_runs_the_memory_efficient_kernel():
 def test_a_training_step_synchronises_with_the_host_only_to_read_its_totals(corpora, tmp_path):
     """A step queues its passes, backward passes and update without waiting for the GPU; its one
     synchronisation reads the step's totals at its end: loss, padding, passes and whether the
-    gradient was finite (the trainer's non-finite checks need them). Under ``set_sync_debug_mode("error")`` the first
-    synchronising call raises: it must be that one."""
+    gradient was finite (the trainer's non-finite checks need them). Under
+    ``set_sync_debug_mode("error")`` the first synchronising call raises: it must be that one."""
     trainer = Trainer(_base_width_variant(steps=10, precision="bf16"), "t", *corpora, tmp_path)
     for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
         trainer._train_step()
