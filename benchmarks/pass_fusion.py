@@ -11,10 +11,15 @@ the count grows with the passes a step makes, whatever their size.
 ``speed``: configs/tiny.yaml's base on the tiny corpus as the pipeline encodes it (``--train``,
 ``--dev``), ``--steps`` steps; prints the run's target tokens/s and passes per step.
 
+``passes``: how many passes each rank makes per step for a given ``max_tokens_per_device``, over
+200 steps of the WMT14 configs' batching (25k tokens, 8 micro-batches) on 200,000 synthetic
+WMT-length pairs (no model: the batcher alone).
+
 Run the same command from a checkout of the code before the change to compare (it uses nothing
 the trainer did not have then):
 
     .venv/bin/python benchmarks/pass_fusion.py ops
+    .venv/bin/python benchmarks/pass_fusion.py passes --max-tokens 16384 40960
     .venv/bin/python benchmarks/pass_fusion.py speed --train results/tiny/encoded/train \\
         --dev results/tiny/encoded/dev --steps 100
 """
@@ -28,10 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from reproduce.config import load_experiment
+from reproduce.data.encoded import EncodedCorpus
+from reproduce.training.batching import MicroBatchStream, device_passes
 from reproduce.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,6 +105,21 @@ def measure_speed(args) -> None:
                       "wall_seconds": round(seconds, 1), "threads": torch.get_num_threads()}))
 
 
+def count_passes(args) -> None:
+    print("| max_tokens_per_device | ranks | passes per rank and step: mean | max |")
+    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = EncodedCorpus.open(write_synthetic_corpus(Path(scratch) / "train", 200_000,
+                                                           37_000, seed=0))
+        for limit in args.max_tokens:
+            for ranks in (1, 2, 4, 8):
+                stream = MicroBatchStream(corpus, 25_000, 8, 256, seed=1)
+                counts = [max(len(device_passes(np.concatenate(group[rank::ranks]), corpus,
+                                                limit, 8)) for rank in range(ranks))
+                          for group in (stream.next_step() for _ in range(200))]
+                print(f"| {limit:,} | {ranks} | {np.mean(counts):.3g} | {max(counts)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,8 +131,10 @@ def main() -> None:
     speed.add_argument("--train", type=Path, required=True)
     speed.add_argument("--dev", type=Path, required=True)
     speed.add_argument("--steps", type=int, default=100)
+    passes = commands.add_parser("passes", help="passes per step of the WMT14 batching")
+    passes.add_argument("--max-tokens", type=int, nargs="+", default=[16384, 40960])
     args = parser.parse_args()
-    {"ops": count_operations, "speed": measure_speed}[args.command](args)
+    {"ops": count_operations, "speed": measure_speed, "passes": count_passes}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -211,7 +211,8 @@ class TrainingConfig(Strict):
     # Constant whatever the number of GPUs: gradient accumulation makes up the difference.
     tokens_per_step: int = Field(default=25_000, gt=0)
     # A step is this many micro-batches of ~tokens_per_step / micro_batches_per_step tokens
-    # (paper: 8 GPUs of ~3.1k tokens). The number of ranks must divide it: 8 allows 1, 2, 4, 8.
+    # (paper: 8 GPUs of ~3.1k tokens), the unit ranks share: the number of ranks must divide it
+    # (8 allows 1, 2, 4, 8). A rank computes its share in as few passes as fit below.
     micro_batches_per_step: int = Field(default=8, gt=0)
     # Largest padded size (tokens per side) of one forward/backward on one device: a rank fuses
     # its micro-batches of a step into as few passes of up to this size as hold them (memory

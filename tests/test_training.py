@@ -99,7 +99,7 @@ def test_data_parallel_ranks_equal_one_rank_on_the_same_steps(corpora, one_rank,
 @pytest.mark.slow
 def test_with_dropout_the_model_does_not_depend_on_the_ranks_nor_on_a_resume_onto_others(
         corpora, tmp_path):
-    """Dropout noise is seeded per micro-batch, not per rank: 1 and 2 gloo ranks, and runs
+    """Dropout noise is keyed by the token, not the rank or pass: 1 and 2 gloo ranks, and runs
     stopped on one number of ranks and requeued onto another, train the same model."""
     from reproduce.config import load_experiment
     from tests.training_fixtures import ROOT
