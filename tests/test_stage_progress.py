@@ -1,5 +1,6 @@
 """The progress lines of a long stage: items done, rate and ETA at every interval, and lines
-from the timer while one item is slow, so that a log tells a slow item from a stuck stage."""
+from the timer while one item is slow, so that a log tells a slow item from a stuck stage; and
+the stages that log them (decoding's are in test_translate_lines.py)."""
 
 import logging
 import re
@@ -7,8 +8,15 @@ import time
 
 import pytest
 
+from reproduce.config import BpeConfig, Cleaning, Source
+from reproduce.data import bpe
+from reproduce.data.download import file_name
+from reproduce.data.prepare import prepare_split
+from reproduce.data.text import count_lines, read_lines
+from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.errors import ConfigError
 from reproduce.stage_progress import StageProgress
+from tests.corpus_archives import wmt_like_members, write_tgz
 
 LINE = re.compile(r"slow stage: (\d+)/10 items \((\d+\.\d)%\), (\S+) items/s, elapsed "
                   r"\d\d:\d\d:\d\d, ETA (\d\d:\d\d:\d\d|\?), last progress (\d+) s ago$")
@@ -45,3 +53,49 @@ def test_an_unreadable_interval_is_refused_by_name(monkeypatch, value):
     monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", value)
     with pytest.raises(ConfigError, match="REPRODUCE_PROGRESS_SECONDS"):
         StageProgress("stage", 1, "items", log)
+
+
+def _progress_counts(caplog, what: str) -> list[tuple[int, int]]:
+    """(done, total) of each progress line of the stage ``what``, but the timer's lines before
+    the first item (a loaded machine may log one with interval 0)."""
+    pattern = re.compile(rf"{re.escape(what)}: (\d+)/(\d+) pairs \(\d+\.\d%\), \S+ pairs/s, "
+                         r"elapsed \d\d:\d\d:\d\d, ETA \d\d:\d\d:\d\d, last progress \d+ s ago$")
+    matches = [pattern.match(record.getMessage()) for record in caplog.records]
+    return [(int(match[1]), int(match[2])) for match in matches if match and match[1] != "0"]
+
+
+def test_preparing_a_split_logs_each_sources_pairs_read_of_its_total(tmp_path, monkeypatch,
+                                                                     caplog):
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "0")
+    source = Source(name="europarl", url="file:x/europarl.tgz", format="text",
+                    source_member="training/europarl-v7.de-en.en",
+                    target_member="training/europarl-v7.de-en.de")
+    write_tgz(tmp_path / "downloads" / file_name(source), wmt_like_members())
+    with caplog.at_level(logging.INFO, logger="reproduce.data.prepare"):
+        prepare_split([source], "train", tmp_path / "downloads", tmp_path / "data",
+                      Cleaning(max_tokens=250, max_length_ratio=1.5))
+    counts = _progress_counts(caplog, "prepare train/europarl")
+    assert sorted(set(counts)) == [(done, 5) for done in range(1, 6)] and counts == sorted(counts)
+
+
+def test_encoding_a_split_logs_the_pairs_encoded_of_its_lines(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "0")
+    monkeypatch.setattr(bpe, "ENCODE_CHUNK_LINES", 40)  # chunks of 40 pairs: 40, 80, 100
+    pairs = generate_corpus(100, 0, 0, seed=4)["train"]
+    (tmp_path / "train.src").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "train.tgt").write_text("".join(t + "\n" for _, t in pairs))
+    model = bpe.train_sentencepiece(tmp_path / "train.src", tmp_path / "train.tgt",
+                                    BpeConfig(vocab_size=100), tmp_path / "spm")
+    with caplog.at_level(logging.INFO, logger="reproduce.data.bpe"):
+        bpe.encode_split(model, tmp_path / "train.src", tmp_path / "train.tgt", tmp_path / "enc")
+    counts = _progress_counts(caplog, f"encode {tmp_path / 'train.src'}")
+    assert sorted(set(counts)) == [(40, 100), (80, 100), (100, 100)] and counts == sorted(counts)
+
+
+@pytest.mark.parametrize(("content", "lines"), [
+    (b"", 0), (b"\n", 1), (b"a\nb\n", 2), (b"a\nb", 2), (b"a\r\nb\x0bc\n", 2),
+])
+def test_lines_are_counted_as_they_are_read(tmp_path, content, lines):
+    path = tmp_path / "text"
+    path.write_bytes(content)
+    assert count_lines(path) == lines == len(read_lines(path))

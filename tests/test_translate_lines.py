@@ -70,6 +70,7 @@ def test_decoding_logs_sentences_done_rate_and_eta(model, processor, monkeypatch
         translate_sentences(model, processor, lines, DECODING)
     progress = [PROGRESS.match(record.getMessage()) for record in caplog.records]
     counts = [(int(match[1]), int(match[2])) for match in progress if match]
-    # Batches of two, the empty line not decoded; the timer may repeat a line between batches.
-    assert sorted(set(counts)) == [(2, 4), (4, 4)] and counts == sorted(counts)
+    # Batches of two, the empty line not decoded; the timer may log before the first batch ends,
+    # and repeat a line between batches.
+    assert sorted(set(counts) - {(0, 4)}) == [(2, 4), (4, 4)] and counts == sorted(counts)
     assert caplog.records[-1].getMessage().startswith("decode input: done, 4 sentences in ")
