@@ -7,16 +7,21 @@ import re
 import time
 
 import pytest
+import torch
 
-from reproduce.config import BpeConfig, Cleaning, Source
+from reproduce.config import BpeConfig, Cleaning, ModelConfig, Source
 from reproduce.data import bpe
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
 from reproduce.data.text import count_lines, read_lines
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.errors import ConfigError
+from reproduce.model.transformer import Transformer
+from reproduce.scoring.perplexity import checkpoint_perplexity
 from reproduce.stage_progress import StageProgress
+from reproduce.training.checkpoints import save_checkpoint
 from tests.corpus_archives import wmt_like_members, write_tgz
+from tests.training_fixtures import VOCAB, random_corpus
 
 LINE = re.compile(r"slow stage: (\d+)/10 items \((\d+\.\d)%\), (\S+) items/s, elapsed "
                   r"\d\d:\d\d:\d\d, ETA (\d\d:\d\d:\d\d|\?), last progress (\d+) s ago$")
@@ -99,3 +104,20 @@ def test_lines_are_counted_as_they_are_read(tmp_path, content, lines):
     path = tmp_path / "text"
     path.write_bytes(content)
     assert count_lines(path) == lines == len(read_lines(path))
+
+
+def test_perplexity_logs_the_sentences_scored_of_the_split(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "0")
+    dev = random_corpus(tmp_path / "dev", 30, seed=9)
+    torch.manual_seed(0)
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0)
+    save_checkpoint({"model": Transformer(config, VOCAB).state_dict(),
+                     "model_config": config.model_dump(), "vocab_size": VOCAB, "step": 1},
+                    tmp_path / "model.pt")
+    with caplog.at_level(logging.INFO, logger="reproduce.scoring.perplexity"):
+        checkpoint_perplexity(tmp_path / "model.pt", dev, max_tokens=50)
+    pattern = re.compile(rf"perplexity on {re.escape(str(dev))}: (\d+)/30 sentences \(\d+\.\d%\), "
+                         r"\S+ sentences/s, elapsed \d\d:\d\d:\d\d, ETA \d\d:\d\d:\d\d, ")
+    done = [int(match[1]) for record in caplog.records
+            if (match := pattern.match(record.getMessage())) and match[1] != "0"]
+    assert len(set(done)) > 1 and done == sorted(done) and done[-1] == 30
