@@ -13,7 +13,7 @@ the paper's 8 P100s made 2.5) runs ``--speedup`` times faster, system metrics in
 Every HTTP request the clients make is timed: requests/s from the first request to the last,
 p50/p99 latency, errors (no answer, or a status of 400 or more, but the answers the tracking
 code expects when two trainings make their dataset's experiment at once). Then every record of
-every ``metrics.jsonl`` is looked up in the store: ``lost in flight`` counts the records a
+every ``metrics.jsonl`` is looked up in the store: ``lost in flight`` counts the values a
 client's live logging did not leave there (what ``finish`` would replay), ``lost`` those still
 missing after ``finish``.
 
@@ -156,8 +156,9 @@ def _training_metrics(step: int, eval_every_steps: int) -> list[dict]:
     return records
 
 
-def lost_records(uri: str, result: dict) -> int:
-    """Records of the client's ``metrics.jsonl`` that the store does not hold, value for value."""
+def lost_values(uri: str, result: dict) -> int:
+    """Metric values of the client's ``metrics.jsonl`` that the store does not hold at their
+    step."""
     from mlflow import MlflowClient
 
     from reproduce.records import read_records
@@ -172,6 +173,13 @@ def lost_records(uri: str, result: dict) -> int:
         lost += sum(1 for record in records
                     if key in record and (record["step"], float(record[key])) not in held)
     return lost
+
+
+def _values(metrics_file: Path) -> int:
+    """The metric values of a ``metrics.jsonl``: one per key of each record, its step aside."""
+    from reproduce.records import read_records
+
+    return sum(len(record) - 1 for record in read_records(metrics_file))
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -242,10 +250,9 @@ def _sweep(chosen: list[tuple[str, str]], uri: str, folder: Path, args: argparse
         "errors": sum(1 for path, status, _, _ in calls if _failed(path, status)),
         "errors_by_request": _errors_by_request(calls),
         "warnings": sum(result["warnings"] for result in results),
-        "records": sum(len(Path(result["metrics_file"]).read_text().splitlines())
-                       for result in results),
+        "values": sum(_values(Path(result["metrics_file"])) for result in results),
         "lost_in_flight": sum(result["replayed"] for result in results),
-        "lost": sum(lost_records(uri, result) for result in results),
+        "lost": sum(lost_values(uri, result) for result in results),
     }
 
 
@@ -280,12 +287,12 @@ def _print(figures: dict, args: argparse.Namespace) -> None:
     print(f"{figures['clients']} clients ({figures['failed_clients']} failed), "
           f"{args.steps_per_second:g} steps/s per training, {args.speedup:g} times real time")
     print("| requests | seconds | requests/s | p50 ms | p99 ms | max ms | errors | warnings | "
-          "records | lost in flight | lost |")
+          "metric values | lost in flight | lost |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {figures['requests']} | {figures['seconds']:.1f} | "
           f"{figures['requests_per_second']:.1f} | {figures['p50_ms']:.1f} | "
           f"{figures['p99_ms']:.1f} | {figures['max_ms']:.1f} | {figures['errors']} | "
-          f"{figures['warnings']} | {figures['records']} | {figures['lost_in_flight']} | "
+          f"{figures['warnings']} | {figures['values']} | {figures['lost_in_flight']} | "
           f"{figures['lost']} |")
     for request, count in sorted(figures["errors_by_request"].items()):
         print(f"error: {count} x {request}")
