@@ -8,7 +8,8 @@ text, SGM, TSV, or Penn Treebank trees: the cleaned tree's words and its lineari
 
 Dev and test sets are never filtered. Kept and dropped counts per source and per reason are
 logged and written to ``<split>.report.json`` beside ``<split>.src`` and ``<split>.tgt``. All of
-it streams: memory stays flat whatever the corpus size.
+it streams: memory stays flat whatever the corpus size. Each source's pairs read, rate and ETA
+are logged as it goes (:mod:`reproduce.stage_progress`): minutes for a WMT training corpus.
 
 Input is checked here, where it enters: text must be UTF-8 (:mod:`reproduce.data.text` names the
 member and line otherwise), and a split keeping fewer than ``data.min_pairs`` pairs is an error
@@ -30,12 +31,13 @@ from reproduce.config import Cleaning, Source
 from reproduce.data.archives import extract_member
 from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
-from reproduce.data.text import iter_lines
+from reproduce.data.text import count_lines, iter_lines
 from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
 from reproduce.output_files import is_failed_write, write_text_whole
 from reproduce.parsing.linearize import linearize
 from reproduce.parsing.trees import leaves
+from reproduce.stage_progress import StageProgress
 
 log = logging.getLogger(__name__)
 
@@ -70,19 +72,23 @@ def prepare_split(
                 temporary["tgt"].open("w", encoding="utf-8") as tgt_out:
             for source in sources:
                 counts: Counter = Counter()
-                pairs = _read_pairs(source, download_dir / file_name(source), scratch)
-                for source_text, target_text in pairs:
-                    source_text = _normalise(source_text, cleaning.unicode_normalization)
-                    target_text = _normalise(target_text, cleaning.unicode_normalization)
-                    counts["read"] += 1
-                    reason = (_drop_reason(source_text, target_text, cleaning)
-                              if split == "train" else None)
-                    if reason:
-                        counts[f"dropped_{reason}"] += 1
-                        continue
-                    counts["kept"] += 1
-                    src_out.write(source_text + "\n")
-                    tgt_out.write(target_text + "\n")
+                with StageProgress(f"prepare {split}/{source.name}", None, "pairs",
+                                   log) as progress:
+                    pairs = _read_pairs(source, download_dir / file_name(source), scratch,
+                                        progress)
+                    for source_text, target_text in pairs:
+                        source_text = _normalise(source_text, cleaning.unicode_normalization)
+                        target_text = _normalise(target_text, cleaning.unicode_normalization)
+                        counts["read"] += 1
+                        progress.update()
+                        reason = (_drop_reason(source_text, target_text, cleaning)
+                                  if split == "train" else None)
+                        if reason:
+                            counts[f"dropped_{reason}"] += 1
+                            continue
+                        counts["kept"] += 1
+                        src_out.write(source_text + "\n")
+                        tgt_out.write(target_text + "\n")
                 report["sources"][source.name] = dict(counts)
                 log.info("%s/%s: %s", split, source.name, json.dumps(dict(counts)))
         report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
@@ -113,7 +119,10 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
     )
 
 
-def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[str, str]]:
+def _read_pairs(source: Source, archive: Path, scratch: Path,
+                progress: StageProgress) -> Iterator[tuple[str, str]]:
+    """The source's sentence pairs, streamed; their number goes to ``progress`` once the members
+    are extracted (trees are not counted ahead: treebanks are small)."""
     if not archive.exists():
         raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, "
                                 f"{display_url(source.url)})")
@@ -123,6 +132,7 @@ def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[
         return
     if source.format == "tsv":
         path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
+        progress.set_total(count_lines(path))
         yield from _read_tsv(path, source, _label(archive, source.source_member))
         return
     src = extract_member(archive, source.source_member, scratch / f"{source.name}.src")
@@ -133,8 +143,10 @@ def _read_pairs(source: Source, archive: Path, scratch: Path) -> Iterator[tuple[
         src_lines, tgt_lines = read_sgm(src, src_label), read_sgm(tgt, tgt_label)
         if len(src_lines) != len(tgt_lines):
             raise _mismatch(source, len(src_lines), len(tgt_lines))
+        progress.set_total(len(src_lines))
         yield from zip(src_lines, tgt_lines, strict=True)
         return
+    progress.set_total(count_lines(src))
     src_in, tgt_in = iter_lines(src, src_label), iter_lines(tgt, tgt_label)
     count = 0
     for source_line, target_line in zip_longest(src_in, tgt_in):

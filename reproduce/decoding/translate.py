@@ -3,21 +3,21 @@
 Sentences are sorted by length and decoded in batches of ``max_sentences_per_batch`` (batching
 similar lengths wastes little on padding); the output keeps the input's line order and has
 exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.data.text`),
-and a translation holding a line break of its own is an error rather than a shifted file.
+and a translation holding a line break of its own is an error rather than a shifted file. An
+empty (or blank) source line gives an empty line, without running the model on it. Progress is
+logged as decoding goes (:mod:`reproduce.stage_progress`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece
 import torch
 from pydantic import ValidationError
-from tqdm import tqdm
 
 from reproduce.config import DecodingConfig, ModelConfig, differing_settings
 from reproduce.data.bpe import load_sentencepiece
@@ -26,6 +26,7 @@ from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import CheckpointError, DataError
 from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.output_files import write_text_whole
+from reproduce.stage_progress import StageProgress
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint
 
@@ -115,33 +116,34 @@ def translate_sentences(
     device: torch.device | str = "cpu",
     source_name: str = "input",
 ) -> list[str]:
+    """One translation per sentence, in order. A sentence without pieces (empty, or blank) is
+    translated as an empty line without running the model, as Moses and fairseq do: given only
+    the end of sentence, a model invents a sentence, which BLEU would count against it."""
     encoded = [ids + [EOS] for ids in processor.encode(sentences)]
     _check_positions(encoded, model.config.position_limit, source_name)
-    order = sorted(range(len(encoded)), key=lambda index: len(encoded[index]))
     translations: list[str] = [""] * len(encoded)
+    order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
+                   key=lambda index: len(encoded[index]))
     batches = [
         order[start : start + decoding.max_sentences_per_batch]
         for start in range(0, len(order), decoding.max_sentences_per_batch)
     ]
-    progress = tqdm(total=len(encoded), unit="sent", disable=not sys.stderr.isatty())
-    for number, batch in enumerate(batches, start=1):
-        longest = max(len(encoded[index]) for index in batch)
-        source = torch.full((len(batch), longest), PAD, dtype=torch.long)
-        for row, index in enumerate(batch):
-            source[row, : len(encoded[index])] = torch.tensor(encoded[index])
-        hypotheses = beam_search(
-            model,
-            source.to(device),
-            beam_size=decoding.beam_size,
-            alpha=decoding.length_penalty,
-            max_length_offset=decoding.max_length_offset,
-        )
-        for index, tokens in zip(batch, hypotheses, strict=True):
-            translations[index] = processor.decode(tokens)
-        progress.update(len(batch))
-        if progress.disable and (number % 10 == 0 or number == len(batches)):
-            log.info("decoded %d/%d batches", number, len(batches))
-    progress.close()
+    with StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress:
+        for batch in batches:
+            longest = max(len(encoded[index]) for index in batch)
+            source = torch.full((len(batch), longest), PAD, dtype=torch.long)
+            for row, index in enumerate(batch):
+                source[row, : len(encoded[index])] = torch.tensor(encoded[index])
+            hypotheses = beam_search(
+                model,
+                source.to(device),
+                beam_size=decoding.beam_size,
+                alpha=decoding.length_penalty,
+                max_length_offset=decoding.max_length_offset,
+            )
+            for index, tokens in zip(batch, hypotheses, strict=True):
+                translations[index] = processor.decode(tokens)
+            progress.update(len(batch))
     return translations
 
 
