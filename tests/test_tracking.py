@@ -444,6 +444,27 @@ def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
             for m in client.get_metric_history(run.run_id, "dev_loss")] == [(4, 2.5)]
 
 
+def test_a_run_ending_soon_after_an_outage_still_replays_its_metrics_and_ends(tmp_path,
+                                                                              monkeypatch):
+    """The back-off between attempts during an outage (30 s) must not skip the run's last
+    chance: a training ending within it still gets its missed metrics replayed and its status."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    metrics = tmp_path / "metrics.jsonl"
+    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, metrics)
+
+    def lost() -> None:
+        raise ConnectionError("the store went away")
+
+    assert not run._call("logging metrics", lost)  # the outage begins
+    metrics.write_text("".join(json.dumps({"step": step, "train_loss": 1.0 / step}) + "\n"
+                               for step in (1, 2, 3)))
+    run.log_metrics({"train_loss": 1.0 / 3}, step=3)  # within the back-off: not even tried
+    run.finish("FINISHED")
+    client = MlflowClient(tracking_uri(tmp_path))
+    assert client.get_run(run.run_id).info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(run.run_id, "train_loss")) == [1, 2, 3]
+
+
 @pytest.mark.slow
 def test_a_variant_trains_through_a_server_that_vanishes_and_returns(tmp_path, monkeypatch):
     """The project's server script on loopback; the server is stopped mid-training and restarted."""

@@ -146,8 +146,9 @@ class VariantRun:
         self.log_metrics({score_metric(split, checkpoint, name): value
                           for name, value in scores.items()}, step=0)
 
-    def replay_metrics(self) -> int:
-        """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count."""
+    def replay_metrics(self, last_chance: bool = False) -> int:
+        """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count.
+        ``last_chance``: try even within an outage's back-off (the run is ending)."""
         if self.metrics_file is None or not self.metrics_file.exists():
             return 0
         recorded = read_records(self.metrics_file)
@@ -165,7 +166,8 @@ class VariantRun:
             for start in range(0, len(missing), _BATCH):
                 self.client.log_batch(self.run_id, metrics=missing[start:start + _BATCH])
 
-        return len(missing) if self._call("replaying metrics.jsonl", find_missing) else 0
+        replayed = self._call("replaying metrics.jsonl", find_missing, last_chance)
+        return len(missing) if replayed else 0
 
     # -- life cycle ------------------------------------------------------------------------------
     def start_system_metrics(self, tracking: str) -> None:
@@ -181,19 +183,23 @@ class VariantRun:
             self._system_metrics = None
 
     def finish(self, status: str = "FINISHED") -> None:
-        """End the run as FINISHED, FAILED or KILLED, after replaying what the store missed."""
+        """End the run as FINISHED, FAILED or KILLED, after replaying what the store missed: a
+        last attempt at both even within an outage's back-off, as nothing comes after it."""
         if self._system_metrics is not None:
             self._system_metrics.finish()
             self._system_metrics = None
-        self.replay_metrics()
+        self.replay_metrics(last_chance=True)
         if not self._call(f"marking the run {status}",
-                          lambda: self.client.set_terminated(self.run_id, status)):
+                          lambda: self.client.set_terminated(self.run_id, status),
+                          last_chance=True):
             log.warning("MLflow run %s could not be marked %s; it shows its last status",
                         self.run_id, status)
 
-    def _call(self, what: str, action: Callable[[], None]) -> bool:
-        """Run ``action``; on failure warn (once per outage) and return False instead of raising."""
-        if (self.outage_since is not None
+    def _call(self, what: str, action: Callable[[], None], last_chance: bool = False) -> bool:
+        """Run ``action``; on failure warn (once per outage) and return False instead of raising.
+        Within an outage, calls wait ``RETRY_AFTER_SECONDS`` between attempts (a training must not
+        stall on a dead store), but for a ``last_chance``."""
+        if (self.outage_since is not None and not last_chance
                 and time.monotonic() - self._last_attempt < RETRY_AFTER_SECONDS):
             return False
         self._last_attempt = time.monotonic()
