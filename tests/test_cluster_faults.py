@@ -138,8 +138,9 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         snakemake.wait()
-    rank0_log = (workdir / "results/logs/tiny/train_base.log").read_text() if launcher == "inline" else \
-        "".join(path.read_text() for path in (folder / "submitit").glob("*_0_log.err"))
+    logs = ([workdir / "results/logs/tiny/train_base.log"] if launcher == "inline"
+            else (folder / "submitit").glob("*_0_log.err"))
+    rank0_log = "".join(path.read_text() for path in logs)
     stopped = re.search(rf"training stopped at step (\d+) \(process {snakemake.pid}, which "
                         rf"started this training, exited\); its checkpoint resumes it", rank0_log)
     assert stopped, rank0_log[-3000:]
@@ -176,20 +177,28 @@ def _rank_pids(folder: Path) -> dict[int, int]:
     return {0: rank0, 1: next(pid for pid in _children(controller) if pid != rank0)}
 
 
+# The collective timeout of the hung-rank case: above the wait of a healthy rank 1 while rank 0
+# starts its MLflow run, which took more than 5 s on the 2 shared cores at a load of 12.
+HUNG_TIMEOUT = 30
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("victim, fault, gloo_says", [
-    (1, signal.SIGKILL, "Connection (reset|closed) by peer"),
-    (0, signal.SIGKILL, "Connection (reset|closed) by peer"),
+    # The default timeout (5 minutes) stays: the kernel closes a killed rank's connections.
+    (1, signal.SIGKILL, r"[^()]*Connection (reset|closed) by peer"),
+    (0, signal.SIGKILL, r"[^()]*Connection (reset|closed) by peer"),
     # Hung, or its node lost: its connections stay open, and the survivor waits out the timeout.
-    (1, signal.SIGSTOP, r"Timed out waiting 5000ms"),
+    (1, signal.SIGSTOP, rf"Timed out waiting {HUNG_TIMEOUT * 1000}ms"),
 ], ids=["rank 1 killed", "rank 0 killed", "rank 1 hung"])
 def test_a_lost_rank_ends_the_job_and_the_rerun_resumes(corpora, tmp_path, monkeypatch, victim,
                                                         fault, gloo_says):
     """Two gloo ranks of submitit's local executor; one is killed with -9 (an out-of-memory kill)
-    or stopped. The survivor ends within ENDS_WITHIN (after the 5 s timeout set here when its
-    peer hangs), with one line saying a peer was lost; the checkpoints verify, the lock is free,
-    and a rerun on two ranks ends with the model of an uninterrupted run."""
-    monkeypatch.setenv(TIMEOUT_VARIABLE, "5")
+    or stopped. The survivor ends within ENDS_WITHIN (after HUNG_TIMEOUT when its peer hangs),
+    with one line saying a peer was lost; the checkpoints verify, the lock is free, and a rerun
+    on two ranks ends with the model of an uninterrupted run."""
+    hung = fault == signal.SIGSTOP
+    if hung:
+        monkeypatch.setenv(TIMEOUT_VARIABLE, str(HUNG_TIMEOUT))
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     folder = tmp_path / "variant"
     with ThreadPoolExecutor(1) as pool:
@@ -202,9 +211,10 @@ def test_a_lost_rank_ends_the_job_and_the_rerun_resumes(corpora, tmp_path, monke
         survivor = ranks[1 - victim]
         try:
             _wait_for(lambda: not _alive(survivor), f"rank {1 - victim} to end",
-                      timeout=ENDS_WITHIN)
+                      timeout=ENDS_WITHIN + (HUNG_TIMEOUT if hung else 0))
         finally:
-            os.kill(ranks[victim], signal.SIGCONT)  # a hung rank finds its peer gone and ends
+            if hung:  # woken, it finds its peer gone and ends too
+                os.kill(ranks[victim], signal.SIGCONT)
         with pytest.raises(TrainingJobRefused) as refused:
             launched.result(timeout=ENDS_WITHIN)
     message = str(refused.value)
