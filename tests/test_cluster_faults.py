@@ -36,9 +36,11 @@ from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # A fault must end the training within this; a liveness bound, far above the seconds it takes.
 ENDS_WITHIN = 30.0
-# Two runs on other numbers of ranks differ by float summation order, which Adam amplifies:
-# measured at most 3e-7 here (key-projection biases left out, as in tests/test_training.py).
-TOLERANCE = 1e-6
+# One rank and two differ by float summation order, which Adam amplifies step after step:
+# measured 3.3e-7 after 3 steps, 6.4e-7 after 9, 1.2e-6 after 30 (key-projection biases left out,
+# as in tests/test_training.py); runs on as many ranks were equal bit for bit. A step lost or
+# repeated on resume would move the weights by about the learning rate, some 5e-2 here.
+TOLERANCE = 1e-5
 
 
 def _checkpointed(folder: Path) -> bool:
