@@ -7,6 +7,7 @@ submitit's local executor), real gloo ranks started by submitit's local executor
 """
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,11 @@ import torch
 import yaml
 
 from reproduce.config import load_experiment
+from reproduce.errors import ConfigError
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
                                             sidecar_path)
-from reproduce.training.distributed import TIMEOUT_VARIABLE
+from reproduce.training.distributed import TIMEOUT_VARIABLE, collective_timeout
+from reproduce.training.interruption import STOP_WITH, WatchedProcess, process_to_stop_with
 from reproduce.training.launch import TrainingJobRefused, launch_training
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
@@ -252,3 +256,52 @@ def test_a_lost_rank_ends_the_job_and_the_rerun_resumes(corpora, tmp_path, monke
                     launcher="local", tasks=2)
     Trainer(small_variant(steps=steps), "t", *corpora, tmp_path / "straight").run()
     _assert_same_model(small_variant(steps=steps), tmp_path / "straight", folder)
+
+
+# -- the pieces, alone -------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan", "inf", ""])
+def test_a_bad_collective_timeout_is_one_line_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(TIMEOUT_VARIABLE, value)
+    with pytest.raises(ConfigError, match=rf"^{TIMEOUT_VARIABLE}='{re.escape(value)}': not a "
+                                          rf"positive number of seconds$"):
+        collective_timeout()
+
+
+def test_the_collective_timeout_is_bounded_by_default(monkeypatch):
+    monkeypatch.delenv(TIMEOUT_VARIABLE, raising=False)
+    assert collective_timeout() == timedelta(minutes=5)
+    monkeypatch.setenv(TIMEOUT_VARIABLE, "2.5")
+    assert collective_timeout() == timedelta(seconds=2.5)
+
+
+def test_a_watched_process_ends_when_reaped_as_a_zombie_or_with_its_pid_reused():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watched = WatchedProcess.of(child.pid)
+    assert watched is not None and not watched.ended()
+    assert WatchedProcess(child.pid, watched.started + 1).ended()  # another process, same pid
+    child.kill()
+    _wait_for(lambda: watched.ended(), "the killed child to count as ended", timeout=ENDS_WITHIN)
+    assert Path(f"/proc/{child.pid}").exists()  # a zombie, not yet reaped
+    child.wait()
+    assert watched.ended()
+
+
+@pytest.mark.parametrize("value", ["12", "a b", "1 2 3", ""])
+def test_a_malformed_stop_with_variable_is_one_warning(monkeypatch, caplog, value):
+    monkeypatch.setenv(STOP_WITH, value)
+    assert process_to_stop_with() is None
+    [record] = caplog.records
+    assert record.getMessage() == (f"{STOP_WITH}={value!r} is not '<pid> <start time>': this "
+                                   "trainer will not stop with the job that started it")
+
+
+def test_the_job_owner_is_the_nearest_ancestor_that_is_not_a_shell(tmp_path):
+    """A stand-in for Snakemake -> bash -c -> the rule's wrapper: the wrapper names the first."""
+    script = ("import json, sys; from reproduce.training.interruption import "
+              "stop_with_environment; json.dump(stop_with_environment(), sys.stdout)")
+    owner = subprocess.run(
+        [sys.executable, "-c", "import os, subprocess, sys; print(os.getpid()); sys.stdout.flush();"
+         " subprocess.run(sys.argv[1:])", "bash", "-c", f"true; {sys.executable} -c {script!r}"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True)
+    pid, named = owner.stdout.splitlines()
+    assert json.loads(named)[STOP_WITH].split()[0] == pid

@@ -239,6 +239,7 @@ def launch_training(
                         stop_with=None if launcher == "slurm" else process_to_stop_with())
     if launcher == "inline":
         return task()
+    distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
     # Requeues after a time limit, counted by submitit (the local executor ignores it).
     executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
                                      slurm_max_num_timeout=slurm.max_requeues)
