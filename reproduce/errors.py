@@ -19,7 +19,7 @@ them where a caller (or a test) tells cases apart::
     ├── CheckpointError      a checkpoint unreadable, refused, or not fitting the run (ValueError)
     │   └── SettingsMismatchError, NotATransformerError
     ├── UnwritableOutputError  an output that cannot be written: a full disk, a read-only folder
-    ├── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError
+    ├── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError, PeerLostError
 
 The kinds that also derive from ``ValueError`` (or ``FileNotFoundError``) do so because callers
 catch them as such: pydantic turns a ``ValueError`` raised in a validator into its validation

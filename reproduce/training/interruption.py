@@ -6,10 +6,14 @@ A signal handler only records the request (:meth:`Interruption.request`): saving
 handler could catch the model halfway through an optimizer step. The trainer polls
 :meth:`Interruption.pending` after every step.
 
-*Dying with the job* (:meth:`Interruption.watching` with ``parents``): an inline trainer runs under
-``snakemake -> bash -c '...' -> python``. When its parent dies, Linux sends it SIGTERM
-(``prctl(PR_SET_PDEATHSIG)``); when the parent is a shell whose own parent dies (snakemake
-killed with -9 leaves bash waiting), the shell is reparented, which :meth:`pending` notices.
+*Dying with the job* (:meth:`Interruption.watching`): a process killed with -9 tells no one, and
+what sits between it and the trainer may outlive it: the train rule's ``script:`` wrapper waiting
+on the trainer, a shell, submitit's local executor and its ranks. So the trainer watches the
+process that started the job itself, named by the wrapper in ``$REPRODUCE_STOP_WITH`` (pid and
+start time, so that a later process given the same pid does not pass for it); see
+:func:`stop_with_environment`. Started by hand, it watches its parent: when the parent dies, Linux
+sends it SIGTERM (``prctl(PR_SET_PDEATHSIG)``); when the parent is a shell whose own parent dies
+(a ``bash -c`` left waiting), the shell is reparented, which :meth:`pending` notices.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -31,6 +36,51 @@ log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _SHELLS = {"sh", "bash", "dash", "zsh"}
+STOP_WITH = "REPRODUCE_STOP_WITH"
+
+
+@dataclass(frozen=True)
+class WatchedProcess:
+    """A process told apart from any later one given the same pid by its start time (clock
+    ticks after boot, from ``/proc/<pid>/stat``)."""
+
+    pid: int
+    started: int
+
+    @classmethod
+    def of(cls, pid: int) -> "WatchedProcess | None":
+        fields = _stat_fields(pid)
+        return None if fields is None else cls(pid, int(fields[_STARTED]))
+
+    def ended(self) -> bool:
+        """Gone, a zombie (killed, not yet reaped), or its pid reused."""
+        fields = _stat_fields(self.pid)
+        return fields is None or fields[0] in "ZX" or int(fields[_STARTED]) != self.started
+
+
+def stop_with_environment() -> dict[str, str]:
+    """The variable that makes a trainer started below this process stop when the job's owner
+    ends: the nearest ancestor that is not a shell (Snakemake, for the train rule's script).
+    Empty where ``/proc`` cannot tell."""
+    pid = os.getppid()
+    while _command_name(pid) in _SHELLS:
+        pid = _parent_of(pid) or 0
+    owner = WatchedProcess.of(pid) if pid > 1 else None
+    return {} if owner is None else {STOP_WITH: f"{owner.pid} {owner.started}"}
+
+
+def process_to_stop_with() -> WatchedProcess | None:
+    """The process named by ``$REPRODUCE_STOP_WITH``, if any; a malformed value is one warning."""
+    value = os.environ.get(STOP_WITH)
+    if value is None:
+        return None
+    try:
+        pid, started = (int(field) for field in value.split())
+    except ValueError:
+        log.warning("%s=%r is not '<pid> <start time>': this trainer will not stop with the job "
+                    "that started it", STOP_WITH, value)
+        return None
+    return WatchedProcess(pid, started)
 
 
 class Interruption:
@@ -41,6 +91,7 @@ class Interruption:
         self.signal: int | None = None
         self._parent: int | None = None
         self._grandparent: int | None = None
+        self._owner: WatchedProcess | None = None
         self._previous: dict[int, object] = {}
 
     def request(self, reason: str, signum: int | None = None) -> None:
@@ -48,12 +99,14 @@ class Interruption:
             self.reason, self.signal = reason, signum
 
     @contextmanager
-    def watching(self, signums: tuple[int, ...], parents: bool) -> Iterator["Interruption"]:
-        """While inside: ``signums`` become stop requests, and with ``parents`` the death of the
-        parent (or of a parent shell's parent) too. Handlers and the parent-death signal are
-        restored on the way out."""
+    def watching(self, signums: tuple[int, ...], parents: bool,
+                 owner: WatchedProcess | None = None) -> Iterator["Interruption"]:
+        """While inside: ``signums`` become stop requests, and so do the end of ``owner`` and,
+        with ``parents``, the death of the parent (or of a parent shell's parent). Handlers and
+        the parent-death signal are restored on the way out."""
         self._previous = previous = {signum: signal.signal(signum, self._handle)
                                      for signum in signums}
+        self._owner = owner
         watched = parents and sys.platform.startswith("linux")
         if watched:
             self._watch_parents()
@@ -62,6 +115,7 @@ class Interruption:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._owner = None
             if watched:
                 _set_parent_death_signal(0)
                 self._parent = self._grandparent = None
@@ -82,6 +136,8 @@ class Interruption:
             self._grandparent = _parent_of(self._parent)
 
     def pending(self) -> str | None:
+        if self.reason is None and self._owner is not None and self._owner.ended():
+            self.request(f"process {self._owner.pid}, which started this training, exited")
         if self.reason is None and self._parent is not None:
             if os.getppid() != self._parent:
                 self.request(f"parent process {self._parent} exited")
@@ -105,9 +161,18 @@ def _command_name(pid: int) -> str | None:
         return None
 
 
-def _parent_of(pid: int) -> int | None:
+# /proc/<pid>/stat after the command name: state, parent, ..., start time (the 22nd field).
+_STARTED = 19
+
+
+def _stat_fields(pid: int) -> list[str] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[1])

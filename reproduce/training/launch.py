@@ -15,7 +15,11 @@ stop request ends the run after the current step with a checkpoint
 (:mod:`reproduce.training.interruption`): inline, SIGTERM, SIGINT and SIGHUP, and the death of
 the job that started the trainer, after which the process exits with 128 + the signal; under
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
-the request's ``max_requeues`` times after a time limit). The MLflow run is then marked KILLED.
+the request's ``max_requeues`` times after a time limit), and with the local executor the death
+of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
+The MLflow run is then marked KILLED. A rank that dies ends the others' next collective, at once
+where its connections close, else after :func:`reproduce.training.distributed.collective_timeout`
+(:class:`reproduce.training.distributed.PeerLostError`).
 
 A job that refuses to train (an expected error: settings that changed, a model too large, a loss
 that diverged) reports it to the launcher as the same one line it prints when run inline, not as
@@ -42,7 +46,8 @@ from reproduce.errors import ConfigError, ReproduceError
 from reproduce.output_files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
-from reproduce.training.interruption import STOP_SIGNALS, Interruption
+from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,
+                                             process_to_stop_with)
 from reproduce.training.preflight import check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
@@ -67,6 +72,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     stop_after_steps: int | None = None
     settings: dict | None = None  # what the weights depend on, data and BPE included
     data: DataConfig | None = None  # the corpora, logged as the run's dataset inputs
+    stop_with: WatchedProcess | None = None  # the job's owner on this host, which it dies with
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -76,10 +82,11 @@ class TrainingTask(submitit.helpers.Checkpointable):
         torch.set_num_threads(self.threads)
         distributed.initialise()
         try:
-            if distributed.rank() != 0:
-                return self._train(Interruption())
-            with VariantLock(self.output_dir), self._interruption() as interruption:
-                return self._train(interruption)
+            with distributed.peer_loss_named():
+                if distributed.rank() != 0:
+                    return self._train(Interruption())
+                with VariantLock(self.output_dir), self._interruption() as interruption:
+                    return self._train(interruption)
         except ReproduceError as error:
             if _inside_submitit():
                 _record_refusal(self.output_dir / "submitit", error)
@@ -90,10 +97,11 @@ class TrainingTask(submitit.helpers.Checkpointable):
     def _interruption(self):
         """Inline: SIGTERM, SIGINT, SIGHUP (:data:`STOP_SIGNALS`) and the parents' death stop
         the run; under submitit, its pre-timeout signal (SIGTERM is submitit's to ignore: Slurm
-        sends it on requeue)."""
+        sends it on requeue). Either way, so does the end of the job's owner, where known."""
         if _inside_submitit():
-            return Interruption().watching((_pre_timeout_signal(),), parents=False)
-        return Interruption().watching(STOP_SIGNALS, parents=True)
+            return Interruption().watching((_pre_timeout_signal(),), parents=False,
+                                           owner=self.stop_with)
+        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with)
 
     def _train(self, interruption: Interruption) -> dict | None:
         run = None
@@ -227,9 +235,11 @@ def launch_training(
             set_aside(output_dir)
     task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        trained_settings(variant, experiment), experiment.data)
+                        trained_settings(variant, experiment), experiment.data,
+                        stop_with=None if launcher == "slurm" else process_to_stop_with())
     if launcher == "inline":
         return task()
+    distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
     # Requeues after a time limit, counted by submitit (the local executor ignores it).
     executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
                                      slurm_max_num_timeout=slurm.max_requeues)

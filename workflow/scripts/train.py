@@ -4,12 +4,18 @@ A script rather than a shell command because only a script sees the job's resour
 those the profile sets for every job (``default-resources``: account, QoS...) included; with the
 ``slurm`` launcher they are the training job's Slurm request (``--slurm name=value``, see
 reproduce/training/slurm_request.py), so a dry run's ``resources:`` line is what gets submitted.
+
+The trainer is told which process started the job (``$REPRODUCE_STOP_WITH``): this wrapper
+outlives a Snakemake killed with -9, waiting on the trainer, so the trainer's watch of its own
+parent would not see it (reproduce/training/interruption.py).
 """
 
+import os
 import shlex
 import subprocess
 import sys
 
+from reproduce.training.interruption import stop_with_environment
 from reproduce.training.slurm_request import SlurmRequest
 
 job = snakemake  # noqa: F821 (defined by Snakemake for scripts)
@@ -34,4 +40,6 @@ def train_command() -> list[str]:
 with open(job.log[0], "w") as log:
     command = train_command()
     print(shlex.join(command), file=log, flush=True)
-    sys.exit(subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode)
+    environment = os.environ | stop_with_environment()
+    sys.exit(subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                            env=environment).returncode)
