@@ -248,7 +248,7 @@ class TrainingConfig(Strict):
     # Compile the model's forward and backward with torch.compile: auto = on GPUs (where it
     # pays: fewer kernel launches, the dropout hash fused), eager on CPUs (compiling costs more
     # than it saves there). The weights do not depend on it beyond float summation order.
-    compile: bool | Literal["auto"] = "auto"
+    compile: Literal[True, False, "auto"] = "auto"
 
     @model_serializer(mode="wrap")
     def _unclipped_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:

@@ -13,7 +13,8 @@ from reproduce.training.trainer import Trainer
 from tests.training_fixtures import random_corpus, small_variant
 
 LINE = re.compile(r"step (\d+)/(\d+) loss \d+\.\d{4} lr \S+ target tokens/s \d+ steps/s \S+ "
-                  r"elapsed ((?:\d+d )?\d\d:\d\d:\d\d) ETA ((?:\d+d )?\d\d:\d\d:\d\d)$")
+                  r"elapsed ((?:\d+d )?\d\d:\d\d:\d\d) ETA ((?:\d+d )?\d\d:\d\d:\d\d) "
+                  r"passes/step (\S+)$")
 
 
 @pytest.mark.parametrize(("seconds", "expected"), [
@@ -59,6 +60,7 @@ def test_the_training_log_says_elapsed_steps_per_second_and_eta(corpora, tmp_pat
     Trainer(small_variant(steps=4, dropout=0.0), "t", *corpora, tmp_path).run()  # logs every 2
     assert [(match[1], match[2]) for match in _progress_lines(caplog)] == [("2", "4"), ("4", "4")]
     assert _progress_lines(caplog)[-1][4] == "00:00:00"  # nothing left at the last step
+    assert float(_progress_lines(caplog)[-1][5]) >= 1  # the passes a rank made per step
 
 
 def test_elapsed_counts_the_segments_before_a_resume(corpora, tmp_path, caplog):

@@ -119,7 +119,6 @@ def test_a_non_utf8_experiment_file_is_one_line_on_the_command_line(tmp_path):
     ("model", "dropout", True, "model.dropout"),
     ("model", "dropout", "0.1", "model.dropout"),
     ("training", "steps", True, "training.steps"),
-    ("training", "compile", "yes", "training.compile"),
     ("decoding", "beam_size", "4", "decoding.beam_size"),
     ("bpe", "vocab_size", 600.0, "bpe.vocab_size"),
     ("variants.A_h1.model", "heads", True, "variants.A_h1.model: heads"),
