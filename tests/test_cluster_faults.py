@@ -107,7 +107,7 @@ def _workflow(folder: Path, launcher: str, tasks: int) -> Path:
     workdir = copy_workflow(folder)
     experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     experiment["model"] |= {"layers": 1, "d_model": 16, "d_ff": 32, "heads": 2, "d_k": 8, "d_v": 8}
-    experiment["training"] |= {"steps": STEPS, "tokens_per_step": 300, "max_tokens_per_device": 120,
+    experiment["training"] |= {"steps": STEPS, "tokens_per_step": 300, "max_tokens_per_device": 256,
                                "warmup_steps": 10, "log_every_steps": 2, "eval_every_steps": 4,
                                "checkpoints": {"every_steps": 3, "every_minutes": 0,
                                                "keep_last": 5},
@@ -143,6 +143,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
     workdir = _workflow(tmp_path / "workflow", launcher, tasks)
     folder = workdir / "results/tiny/base"
     snakemake = _train_with_snakemake(workdir)
+    below: list[int] = []
     try:
         _wait_for(lambda: _checkpointed(folder), "a first checkpoint")
         below = _descendants(snakemake.pid)
