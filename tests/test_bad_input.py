@@ -554,7 +554,7 @@ MORE_CASES = [
      ["train.src", "has 400 lines", "[100000] are out of range"]),
     ("attention-results-without-run", "attention",
      lambda w: _attention(w, "--results", w.root / "results"),
-     ["--results needs --dataset and --variant"]),
+     ["--results needs --dataset, --variant and --seed"]),
     ("attention-source-missing", "attention",
      lambda w: _attention(w)[:4] + ["--source", w.root / "none.txt"] + _attention(w)[6:],
      ["none.txt"]),

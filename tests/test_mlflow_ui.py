@@ -41,7 +41,7 @@ def _build_store(results: Path) -> None:
     renders and logs them."""
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     for variant, parameters, bleu in VARIANTS:
-        run = start_variant_run(results, "tiny", variant, None, results / "tiny" / variant)
+        run = start_variant_run(results, "tiny", variant, 1, None, results / "tiny" / variant)
         run.log_params(flat_params(experiment.variant(variant), "tiny")
                        | {"parameters": parameters})
         for step in (100, 200, 300):

@@ -79,7 +79,7 @@ def test_the_mlflow_replay_leaves_a_torn_tail_out(tmp_path, monkeypatch, caplog)
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     metrics = tmp_path / "metrics.jsonl"
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, metrics)
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path, metrics)
     metrics.write_bytes(b'{"step": 2, "train_loss": 3.0}\n' + TORN["NUL-filled"])
     with caplog.at_level(logging.WARNING):
         assert run.replay_metrics() == 1
