@@ -351,6 +351,10 @@ CASES = [
     # Arguments
     ("decode-unknown-variant", "decode", lambda w: _decode(w, **{"--variant": "nope"}),
      ["--variant 'nope'", "known: A_h1, D_ls0, E_learned, base, big"]),
+    ("decode-seed-not-listed", "decode", lambda w: _decode(w, **{"--seed": "3"}),
+     ["--seed 3", "not a seed of variant 'base'", "training.seed lists 1, 2"]),
+    ("decode-seed-negative", "decode", lambda w: _decode(w, **{"--seed": "-1"}),
+     ["--seed", "an integer >= 0, got -1"]),
     ("decode-threads-0", "decode", lambda w: _decode(w, **{"--threads": "0"}),
      ["--threads", "positive integer"]),
     ("train-tasks-0", "train", lambda w: _train(w, **{"--tasks": "0"}),

@@ -40,12 +40,14 @@ def _exercise_store(results, run_dir, uri):
     found = find_variant_run(results, "tiny", "A_h1", 1)
     assert found.run_id == run.run_id
     assert find_variant_run(results, "tiny", "base", 1) is None
+    assert find_variant_run(results, "tiny", "A_h1", 2) is None  # each seed is a run of its own
     client = MlflowClient(uri)
     history = client.get_metric_history(run.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(10, 3.5), (20, 2.5)]
     tags = client.get_run(run.run_id).data.tags
     assert tags["dataset"] == "tiny" and tags["variant"] == "A_h1" and tags["table3_row"] == "A"
-    assert tags["kind"] == "variant" and tags["mlflow.runName"] == "A_h1"
+    assert tags["kind"] == "variant" and tags["mlflow.runName"] == "A_h1 seed 1"
+    assert tags["seed"] == "1"
     assert tags["mlflow.source.name"] == "python -m reproduce train"
     assert len(tags["mlflow.source.git.commit"]) == 40
     experiment = client.get_experiment_by_name("tiny")
