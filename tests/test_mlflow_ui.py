@@ -105,10 +105,12 @@ def test_the_printed_address_opens_the_variants_with_their_key_results(tmp_path,
                 header = page.locator(f".ag-header-cell[col-id='{column}']")
                 assert header.is_visible() and header.inner_text().strip() in column, column
             rows = _runs_table(page)
-            assert sorted(rows) == sorted(variant for variant, _, _ in VARIANTS)  # no tables run
+            # one run per training, named by its seed; no tables run
+            assert sorted(rows) == sorted(f"{variant} seed 1" for variant, _, _ in VARIANTS)
             for variant, parameters, bleu in VARIANTS:
                 expected = _logged_values(parameters, bleu)
-                assert {column: rows[variant][column] for column in expected} == expected
+                shown = rows[f"{variant} seed 1"]
+                assert {column: shown[column] for column in expected} == expected
 
             page.goto(addresses["tiny tables"])
             table = page.frame_locator("iframe.mlflow-html-iframe").locator("table")

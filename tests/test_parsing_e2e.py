@@ -78,7 +78,7 @@ def test_mlflow_holds_the_parsing_run_with_its_f1(pipeline):
 
 
 def test_asking_a_parsing_variant_for_bleu_names_its_f1_file(pipeline):
-    result = _snakemake(pipeline, "--dry-run", "results/tiny_parsing/base/bleu.json")
+    result = _snakemake(pipeline, "--dry-run", "results/tiny_parsing/base/seed-1/bleu.json")
     assert result.returncode != 0
     assert ("tiny_parsing is a parsing experiment: its variants are summarised in "
-            "results/tiny_parsing/base/f1.json") in result.stdout + result.stderr
+            "results/tiny_parsing/base/seed-1/f1.json") in result.stdout + result.stderr
