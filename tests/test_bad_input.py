@@ -452,7 +452,8 @@ def _manifest(world: World, payload: object) -> list:
 
 def _summarize(world: World, dev: Path, test: Path | None = None) -> list:
     scores = _json(world, "scores/test.json", {"bleu": 1.0})
-    return ["--dataset", "tiny", "--variant", "base", "--dev", dev, "--test", test or scores,
+    return ["--dataset", "tiny", "--variant", "base", "--seed", "1", "--dev", dev,
+            "--test", test or scores,
             "--out", world.root / "scores/summary.json"]
 
 
