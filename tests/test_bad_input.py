@@ -458,10 +458,11 @@ def _summarize(world: World, dev: Path, test: Path | None = None) -> list:
 
 
 def _results_with(world: World, name: str, files: dict[str, bytes]) -> Path:
-    """A results folder whose base variant holds ``files`` (paths under results/tiny/base)."""
+    """A results folder whose base variant's seed 1 holds ``files`` (paths under
+    results/tiny/base/seed-1)."""
     results = world.root / f"results-{name}"
     for path, content in files.items():
-        _file(world, f"results-{name}/tiny/base/{path}", content)
+        _file(world, f"results-{name}/tiny/base/seed-1/{path}", content)
     return results
 
 
@@ -823,9 +824,9 @@ def _not_recorded_not_shown(world: World, result: subprocess.CompletedProcess) -
     _ran(result)
     row = next(row for row in csv.DictReader((world.root / "tables-old/table3.csv").open())
                if row["variant"] == "base")
-    assert row["status"] == f"stale: {NOT_RECORDED}"
+    assert f"seed 1: stale: {NOT_RECORDED}" in row["status"]  # seed 2: not started
     assert row["BLEU (dev)"] == row["PPL (dev)"] == row["params x10^6"] == ""
-    base = world.root / "results-old/tiny/base"
+    base = world.root / "results-old/tiny/base/seed-1"
     assert json.loads((base / "train/summary.json").read_text()) == OLD_SUMMARY  # left as it is
     assert (base / "bleu.json").exists()
 
