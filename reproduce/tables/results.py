@@ -126,10 +126,6 @@ class SeededResults:
         return next((one.scores for one in self.scored.values()), None)
 
     @property
-    def stale(self) -> bool:
-        return all(one.stale for one in self.by_seed.values())
-
-    @property
     def status(self) -> str:
         """The one status of every seed, or each seed's where they differ."""
         statuses = {one.status for one in self.by_seed.values()}
