@@ -17,11 +17,11 @@ import json
 import re
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError,
-                      field_validator, model_serializer, model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter,
+                      ValidationError, field_validator, model_serializer, model_validator)
 
 from reproduce.data.text import UndecodableTextError, read_text
 from reproduce.errors import ConfigError  # callers import it from here too
@@ -203,6 +203,13 @@ class CheckpointConfig(Strict):
     keep_last: int = Field(default=20, gt=0)
 
 
+# torch.manual_seed takes at most an unsigned 64-bit integer; the batch order's numpy generator
+# (reproduce/training/batching.py) refuses negative seeds.
+Seed = Annotated[int, Field(ge=0, lt=2**64)]
+_ONE_SEED = TypeAdapter(Seed)
+_SEEDS = TypeAdapter(Annotated[list[Seed], Field(min_length=1)])
+
+
 class TrainingConfig(Strict):
     """Section 5.2-5.4: batching by token count, Adam, eq. 3's learning rate."""
 
@@ -228,9 +235,8 @@ class TrainingConfig(Strict):
     adam_beta2: float = Field(default=0.98, ge=0, lt=1)
     adam_eps: float = Field(default=1e-9, gt=0)
     max_source_tokens: int = Field(default=256, gt=0)
-    # torch.manual_seed takes at most an unsigned 64-bit integer; the batch order's
-    # numpy generator (reproduce/training/batching.py) refuses negative seeds.
-    seed: int = Field(default=1, ge=0, lt=2**64)
+    # The one seed this training runs with (an experiment file may list several: TrainingPlan).
+    seed: Seed = 1
     log_every_steps: int = Field(default=100, gt=0)
     eval_every_steps: int = Field(default=1000, gt=0)
     checkpoints: CheckpointConfig = CheckpointConfig()
@@ -329,6 +335,42 @@ MOVED_TO_PROFILE = ("resources: Slurm settings are no longer part of an experime
                     "delete this section")
 
 
+class TrainingPlan(TrainingConfig):
+    """An experiment file's training section, where ``seed`` may list seeds (``[1, 2, 3]``): the
+    variant is then trained once per seed, each training with these settings and that one seed
+    (:meth:`Experiment.variant`), so that the spread of its scores over seeds measures what
+    training's own randomness (initialisation, batch order, dropout) does to them."""
+
+    seed: Seed | list[Seed] = 1
+
+    @field_validator("seed", mode="plain")
+    @classmethod
+    def _one_seed_or_distinct_seeds(cls, value: Any) -> int | list[int]:
+        """One seed, or a non-empty list of distinct ones; checked as one or the other so that
+        an error says what is wrong with the value given, not with both readings of it."""
+        adapter = _SEEDS if isinstance(value, list) else _ONE_SEED
+        try:
+            seed = adapter.validate_python(value, strict=True)
+        except ValidationError as error:
+            raise ValueError("; ".join(_seed_problem(item) for item in error.errors())) from None
+        if isinstance(seed, list):
+            repeated = sorted({one for one in seed if seed.count(one) > 1})
+            if repeated:
+                raise ValueError(f"seed {', '.join(map(str, repeated))} listed twice: each seed "
+                                 "is one training, list it once")
+        return seed
+
+    @property
+    def seeds(self) -> list[int]:
+        return self.seed if isinstance(self.seed, list) else [self.seed]
+
+
+def _seed_problem(error: dict[str, Any]) -> str:
+    """``item 2: Input should be ...`` for a listed seed, the message alone for one seed."""
+    location = error["loc"]
+    return f"item {location[0]}: {error['msg']}" if location else error["msg"]
+
+
 def _refuse_resources(values: Any) -> Any:
     if isinstance(values, dict) and "resources" in values:
         raise ConfigError(MOVED_TO_PROFILE)
@@ -398,7 +440,7 @@ class Experiment(Strict):
     data: DataConfig
     bpe: BpeConfig
     model: ModelConfig = ModelConfig()
-    training: TrainingConfig
+    training: TrainingPlan
     decoding: DecodingConfig = DecodingConfig()
     variants: dict[str, Variant] = Field(min_length=1)
     tables: TablesConfig = TablesConfig()
@@ -459,15 +501,35 @@ class Experiment(Strict):
                               "Table 4")
         return self
 
-    def variant(self, name: str) -> ResolvedVariant:
-        """The base hyper-parameters with variant ``name``'s overrides applied."""
+    def variant(self, name: str, seed: int | None = None) -> ResolvedVariant:
+        """The base hyper-parameters with variant ``name``'s overrides applied, trained with
+        ``seed``, one of :meth:`seeds` (default: the first; the seed is the only setting in
+        which a variant's trainings differ)."""
+        sections = self._resolved_sections(name)
+        plan = sections.pop("training")
+        if seed is None:
+            seed = plan.seeds[0]
+        elif seed not in plan.seeds:
+            raise ConfigError(f"variants.{name}.training.seed: {seed} is not one of the "
+                              f"variant's seeds ({', '.join(map(str, plan.seeds))})")
+        training = TrainingConfig.model_validate(plan.model_dump() | {"seed": seed})
+        spec = self.variants[name]
+        return ResolvedVariant(name=name, description=spec.description,
+                               table3_row=spec.table3_row, training=training, **sections)
+
+    def seeds(self, name: str) -> list[int]:
+        """The seeds variant ``name`` is trained with, one training each, in the file's order."""
+        return self._resolved_sections(name)["training"].seeds
+
+    def _resolved_sections(self, name: str) -> dict[str, Strict]:
+        """Variant ``name``'s model, training plan and decoding, overrides applied."""
         if name not in self.variants:
             raise ConfigError(f"unknown variant {name!r}; known: {', '.join(self.variants)}")
         spec = self.variants[name]
         sections = {}
         for section, schema in (
             ("model", ModelConfig),
-            ("training", TrainingConfig),
+            ("training", TrainingPlan),
             ("decoding", DecodingConfig),
         ):
             merged = _deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
@@ -477,9 +539,7 @@ class Experiment(Strict):
                 raise ConfigError(
                     f"variants.{name}.{section}: {describe_validation_error(error, prefix='')}"
                 ) from None
-        return ResolvedVariant(
-            name=name, description=spec.description, table3_row=spec.table3_row, **sections
-        )
+        return sections
 
 
 # --------------------------------------------------------------------------------------------

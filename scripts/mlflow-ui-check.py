@@ -44,7 +44,7 @@ def build_store(results: Path) -> list[str]:
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     run_ids = []
     for variant, row, final_loss, bleu in RUNS:
-        run = start_variant_run(results, "tiny", variant, row, results / variant)
+        run = start_variant_run(results, "tiny", variant, 1, row, results / variant)
         run.log_params(flat_params(experiment.variant(variant), "tiny")
                        | {"parameters": 400_000 + int(bleu * 1000)})
         run.log_datasets(dataset_inputs(experiment.data, results / "no-reports"))

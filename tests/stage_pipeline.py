@@ -145,7 +145,8 @@ STAGES: dict[str, Stage] = {
         "--encoded", i / D / "encoded/dev", "--results", o, "--out", o / SCORES,
         "--threads", "1"], (SCORES,)),
     "summarize": Stage("summarize", lambda e, i, o: [
-        "--dataset", D, "--variant", "base", "--dev", i / SCORES, "--test", i / SCORES,
+        "--dataset", D, "--variant", "base", "--seed", "1", "--dev", i / SCORES,
+        "--test", i / SCORES,
         "--out", o / D / "base/bleu.json"], (f"{D}/base/bleu.json",)),
     "attention": Stage("attention", lambda e, i, o: [
         "--checkpoint", i / D / "base/averaged.pt", "--spm-model", i / D / "bpe/spm.model",

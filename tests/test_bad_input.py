@@ -351,6 +351,10 @@ CASES = [
     # Arguments
     ("decode-unknown-variant", "decode", lambda w: _decode(w, **{"--variant": "nope"}),
      ["--variant 'nope'", "known: A_h1, D_ls0, E_learned, base, big"]),
+    ("decode-seed-not-listed", "decode", lambda w: _decode(w, **{"--seed": "3"}),
+     ["--seed 3", "not a seed of variant 'base'", "training.seed lists 1, 2"]),
+    ("decode-seed-negative", "decode", lambda w: _decode(w, **{"--seed": "-1"}),
+     ["--seed", "an integer >= 0, got -1"]),
     ("decode-threads-0", "decode", lambda w: _decode(w, **{"--threads": "0"}),
      ["--threads", "positive integer"]),
     ("train-tasks-0", "train", lambda w: _train(w, **{"--tasks": "0"}),
@@ -448,15 +452,17 @@ def _manifest(world: World, payload: object) -> list:
 
 def _summarize(world: World, dev: Path, test: Path | None = None) -> list:
     scores = _json(world, "scores/test.json", {"bleu": 1.0})
-    return ["--dataset", "tiny", "--variant", "base", "--dev", dev, "--test", test or scores,
+    return ["--dataset", "tiny", "--variant", "base", "--seed", "1", "--dev", dev,
+            "--test", test or scores,
             "--out", world.root / "scores/summary.json"]
 
 
 def _results_with(world: World, name: str, files: dict[str, bytes]) -> Path:
-    """A results folder whose base variant holds ``files`` (paths under results/tiny/base)."""
+    """A results folder whose base variant's seed 1 holds ``files`` (paths under
+    results/tiny/base/seed-1)."""
     results = world.root / f"results-{name}"
     for path, content in files.items():
-        _file(world, f"results-{name}/tiny/base/{path}", content)
+        _file(world, f"results-{name}/tiny/base/seed-1/{path}", content)
     return results
 
 
@@ -554,7 +560,7 @@ MORE_CASES = [
      ["train.src", "has 400 lines", "[100000] are out of range"]),
     ("attention-results-without-run", "attention",
      lambda w: _attention(w, "--results", w.root / "results"),
-     ["--results needs --dataset and --variant"]),
+     ["--results needs --dataset, --variant and --seed"]),
     ("attention-source-missing", "attention",
      lambda w: _attention(w)[:4] + ["--source", w.root / "none.txt"] + _attention(w)[6:],
      ["none.txt"]),
@@ -818,9 +824,9 @@ def _not_recorded_not_shown(world: World, result: subprocess.CompletedProcess) -
     _ran(result)
     row = next(row for row in csv.DictReader((world.root / "tables-old/table3.csv").open())
                if row["variant"] == "base")
-    assert row["status"] == f"stale: {NOT_RECORDED}"
+    assert f"seed 1: stale: {NOT_RECORDED}" in row["status"]  # seed 2: not started
     assert row["BLEU (dev)"] == row["PPL (dev)"] == row["params x10^6"] == ""
-    base = world.root / "results-old/tiny/base"
+    base = world.root / "results-old/tiny/base/seed-1"
     assert json.loads((base / "train/summary.json").read_text()) == OLD_SUMMARY  # left as it is
     assert (base / "bleu.json").exists()
 

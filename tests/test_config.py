@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import ConfigError, load_experiment, trained_settings
+from reproduce.config import ConfigError, differing_settings, load_experiment, trained_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,3 +284,17 @@ def test_another_seed_trains_other_weights_so_a_checkpoint_cannot_be_resumed_wit
         update={"training": variant.training.model_copy(update={"seed": 7})})
     assert trained_settings(variant)["training.seed"] == variant.training.seed
     assert fingerprint(trained_settings(reseeded)) != fingerprint(trained_settings(variant))
+
+
+def test_a_list_of_seeds_resolves_to_one_training_per_seed_each_with_one_seed():
+    """The trainer sees one integer seed: the list is expanded where trainings are planned."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    assert experiment.seeds("base") == [1, 2] and experiment.seeds("rnn") == [1]
+    first, second = experiment.variant("base", 1), experiment.variant("base", 2)
+    assert (first.training.seed, second.training.seed) == (1, 2)
+    assert experiment.variant("base") == first  # the first seed when none is named
+    assert differing_settings(trained_settings(first, experiment),
+                              trained_settings(second, experiment)) == ["training.seed: 1 -> 2"]
+    with pytest.raises(ConfigError, match=r"variants\.rnn\.training\.seed: 2 is not one of the "
+                                          r"variant's seeds \(1\)"):
+        experiment.variant("rnn", 2)

@@ -24,7 +24,8 @@ from tests.project_copy import copy_workflow
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 VARIANTS = ["base", "A_h1"]
-BASE = "results/tiny/base"
+SEEDS = {"base": [1, 2], "A_h1": [1]}  # base trained twice: a change to one seed spares the other
+BASE = "results/tiny/base/seed-1"
 # What follows a variant's training in `all`, and what follows its averaged model.
 AFTER_AVERAGING = {"average": 1, "decode": 1, "score": 1, "summarize_variant": 1,
                    "final_tables": 1, "all": 1}
@@ -63,8 +64,9 @@ def _stand_in(path: Path) -> str:
     if path.name == "summary.json":
         from reproduce.config import load_experiment, trained_settings
 
-        experiment = load_experiment(path.parents[4] / "configs/tiny.yaml")
-        variant = experiment.variant(path.parents[1].name)
+        experiment = load_experiment(path.parents[5] / "configs/tiny.yaml")
+        seed = int(path.parents[1].name.removeprefix("seed-"))
+        variant = experiment.variant(path.parents[2].name, seed)
         return json.dumps({"settings": trained_settings(variant, experiment)}) + "\n"
     return "{}\n" if path.suffix == ".json" else "stand-in\n"
 
@@ -75,6 +77,8 @@ def tree(tmp_path_factory) -> Path:
     workdir = copy_workflow(tmp_path_factory.mktemp("dag"))
     experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
     experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
+    for name, seeds in SEEDS.items():
+        experiment["variants"][name]["training"] = {"seed": seeds}
     experiment["tables"]["table2"] = {"base": "base"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
@@ -90,8 +94,10 @@ def tree(tmp_path_factory) -> Path:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(_stand_in(path))
-    for variant in VARIANTS:  # training's own state, no job's declared output
-        (workdir / f"results/tiny/{variant}/train/metrics.jsonl").write_text('{"step": 1}\n')
+    for variant, seeds in SEEDS.items():  # training's own state, no job's declared output
+        for seed in seeds:
+            (workdir / f"results/tiny/{variant}/seed-{seed}/train/metrics.jsonl").write_text(
+                '{"step": 1}\n')
     _snakemake(workdir, "--touch", "all")  # mtimes in the DAG's order
     assert _planned(workdir) == {}
     return workdir
@@ -132,6 +138,46 @@ def test_a_changed_file_replans_exactly_the_jobs_that_read_it(tree, relative, ho
         planned, stdout = _dry_run(tree)
     assert planned == expected
     assert "variant=A_h1" not in stdout  # the other variant is left alone
+    assert "seed=2" not in stdout  # and so is the base's other training
+
+
+def test_a_seed_added_later_plans_that_seeds_jobs_alone(tree):
+    """training.seed's list grown from [1, 2] to [1, 2, 3]: the new training, its averaging,
+    decoding, scoring and summary, then the tables; the two trained seeds are not replanned."""
+    experiment_file = tree / "configs/tiny.yaml"
+    original = experiment_file.read_text()
+    edited = yaml.safe_load(original)
+    edited["variants"]["base"]["training"]["seed"] = [1, 2, 3]
+    try:
+        experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+        planned, stdout = _dry_run(tree)
+    finally:
+        experiment_file.write_text(original)
+    assert planned == {"train": 1, "average": 1, "decode": 2, "score": 2,
+                       "summarize_variant": 1, "final_tables": 1, "all": 1}
+    assert "results/tiny/base/seed-3/train/final.pt" in stdout
+    assert not re.search(r"seed=[12]\b", stdout)
+    assert "Stale:" not in stdout  # each training is checked against its own seed's settings
+
+
+def test_a_dry_run_plans_one_training_per_listed_seed(tree):
+    """One variant with training.seed: [1, 2, 3]: three trainings, each in its own folder."""
+    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    experiment["name"] = "seeded"
+    experiment["training"]["seed"] = [1, 2, 3]
+    experiment["variants"] = {"base": experiment["variants"]["base"]}
+    experiment["tables"]["table2"] = {"base": "base"}
+    (tree / "configs/seeded.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    pipeline = yaml.safe_load((tree / "pipeline.yaml").read_text())
+    (tree / "seeded.yaml").write_text(
+        yaml.safe_dump(pipeline | {"experiments": ["configs/seeded.yaml"]}))
+    stdout = subprocess.run(
+        [SNAKEMAKE, "--cores", "1", "--configfile=seeded.yaml", "--dry-run", "all"],
+        cwd=tree, capture_output=True, text=True, timeout=600, check=True).stdout
+    trainings = re.findall(r"output: (results/seeded/base/seed-\d+)/train/final\.pt", stdout)
+    assert sorted(trainings) == [f"results/seeded/base/seed-{seed}" for seed in (1, 2, 3)]
+    jobs = stdout.split("Job stats:")[1]
+    assert re.search(r"^train\s+3$", jobs, re.MULTILINE), jobs
 
 
 def test_the_tables_snapshot_is_retaken_when_what_it_reads_changes_and_never_trains(tree):
@@ -191,20 +237,21 @@ def _assert_left_stale(tree: Path, variant: str, *named: str) -> None:
     """The plan of ``all`` warns once that ``variant`` is stale, naming ``named``, replans
     neither its training nor its averaging and changes no file of it; asked for its missing
     ``final.pt``, the plan stops with the same message before Snakemake deletes anything."""
-    folder = tree / "results/tiny" / variant
+    folder = tree / "results/tiny" / variant / "seed-1"
     before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
     jobs, output = _dry_run(tree)
     assert "train" not in jobs and "average" not in jobs, jobs
     stale = [line for line in output.splitlines() if line.startswith("Stale: ")]
-    assert len(stale) == 1 and f"results/tiny/{variant}" in stale[0], output[-3000:]
-    assert all(text in stale[0] for text in (*named, f"move results/tiny/{variant} aside")), stale
+    assert len(stale) == 1 and f"results/tiny/{variant}/seed-1" in stale[0], output[-3000:]
+    assert all(text in stale[0] for text in (*named, f"move {folder.relative_to(tree)} aside")), \
+        stale
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
 
     final = folder / "train/final.pt"
     final.rename(folder / "final.pt.kept")
     try:
         result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
-                                 "--dry-run", f"results/tiny/{variant}/train/final.pt"],
+                                 "--dry-run", f"results/tiny/{variant}/seed-1/train/final.pt"],
                                 cwd=tree, capture_output=True, text=True, timeout=600)
         assert result.returncode != 0
         assert "StaleTrainingError" in result.stdout + result.stderr
@@ -225,7 +272,7 @@ def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_
     experiment_file = tree / "configs/tiny.yaml"
     original_experiment = experiment_file.read_text()
     experiment = load_experiment(experiment_file)
-    summary = tree / "results/tiny/A_h1/train/summary.json"
+    summary = tree / "results/tiny/A_h1/seed-1/train/summary.json"
     original_summary = summary.read_text()
     try:
         settings = trained_settings(experiment.variant("A_h1"), experiment)
@@ -245,7 +292,7 @@ def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):
     stale one is. (The tables side is tests/test_bad_input.py's tables-summary-without-settings.)"""
     from reproduce.training.staleness import NOT_RECORDED
 
-    summary = tree / "results/tiny/A_h1/train/summary.json"
+    summary = tree / "results/tiny/A_h1/seed-1/train/summary.json"
     original = summary.read_text()
     try:
         summary.write_text(json.dumps({"dataset": "tiny", "variant": "A_h1", "steps": 600,

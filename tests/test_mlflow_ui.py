@@ -41,7 +41,7 @@ def _build_store(results: Path) -> None:
     renders and logs them."""
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     for variant, parameters, bleu in VARIANTS:
-        run = start_variant_run(results, "tiny", variant, None, results / "tiny" / variant)
+        run = start_variant_run(results, "tiny", variant, 1, None, results / "tiny" / variant)
         run.log_params(flat_params(experiment.variant(variant), "tiny")
                        | {"parameters": parameters})
         for step in (100, 200, 300):
@@ -105,10 +105,12 @@ def test_the_printed_address_opens_the_variants_with_their_key_results(tmp_path,
                 header = page.locator(f".ag-header-cell[col-id='{column}']")
                 assert header.is_visible() and header.inner_text().strip() in column, column
             rows = _runs_table(page)
-            assert sorted(rows) == sorted(variant for variant, _, _ in VARIANTS)  # no tables run
+            # one run per training, named by its seed; no tables run
+            assert sorted(rows) == sorted(f"{variant} seed 1" for variant, _, _ in VARIANTS)
             for variant, parameters, bleu in VARIANTS:
                 expected = _logged_values(parameters, bleu)
-                assert {column: rows[variant][column] for column in expected} == expected
+                shown = rows[f"{variant} seed 1"]
+                assert {column: shown[column] for column in expected} == expected
 
             page.goto(addresses["tiny tables"])
             table = page.frame_locator("iframe.mlflow-html-iframe").locator("table")

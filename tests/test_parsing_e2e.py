@@ -48,7 +48,7 @@ def _flat_tree_f1(data: Path) -> float:
 
 def test_table4_shows_our_f1_far_above_a_flat_parse(pipeline):
     results = pipeline / "results/tiny_parsing"
-    scores = json.loads((results / "base/f1.json").read_text())
+    scores = json.loads((results / "base/seed-1/f1.json").read_text())
     baseline = _flat_tree_f1(results / "data")
     assert scores["test"]["sentences"] == scores["dev"]["sentences"] == 300
     assert scores["test"]["f1"] > baseline + 30, (scores["test"]["f1"], baseline)
@@ -61,7 +61,7 @@ def test_table4_shows_our_f1_far_above_a_flat_parse(pipeline):
 
 def test_the_scored_trees_are_well_formed_over_the_test_words(pipeline):
     results = pipeline / "results/tiny_parsing"
-    trees = read_trees((results / "base/scores/test.averaged.trees").read_text(), "trees")
+    trees = read_trees((results / "base/seed-1/scores/test.averaged.trees").read_text(), "trees")
     sentences = read_lines(results / "data/test.src")
     assert len(trees) == len(sentences)
     for tree, sentence in zip(trees, sentences, strict=True):
@@ -78,7 +78,7 @@ def test_mlflow_holds_the_parsing_run_with_its_f1(pipeline):
 
 
 def test_asking_a_parsing_variant_for_bleu_names_its_f1_file(pipeline):
-    result = _snakemake(pipeline, "--dry-run", "results/tiny_parsing/base/bleu.json")
+    result = _snakemake(pipeline, "--dry-run", "results/tiny_parsing/base/seed-1/bleu.json")
     assert result.returncode != 0
     assert ("tiny_parsing is a parsing experiment: its variants are summarised in "
-            "results/tiny_parsing/base/f1.json") in result.stdout + result.stderr
+            "results/tiny_parsing/base/seed-1/f1.json") in result.stdout + result.stderr

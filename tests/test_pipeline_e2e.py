@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 VARIANTS = ["base", "A_h1", "E_learned", "rnn"]
 TABLE3_VARIANTS = ["base", "A_h1", "E_learned"]  # rnn is Table 2's recurrent baseline only
+# base and E_learned trained with two seeds (their difference covers retraining), the others one
+SEEDS = {"base": [1, 2], "A_h1": [1], "E_learned": [1, 2], "rnn": [1]}
+TRAININGS = [(variant, seed) for variant, seeds in SEEDS.items() for seed in seeds]
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +57,10 @@ def pipeline(tmp_path_factory) -> Path:
     experiment["training"] |= {"steps": 300, "warmup_steps": 100, "eval_every_steps": 100}
     experiment["training"]["checkpoints"]["every_steps"] = 50  # 6 checkpoints, the last 5 averaged
     experiment["variants"] = {name: experiment["variants"][name] for name in VARIANTS}
+    for name, seeds in SEEDS.items():
+        training = experiment["variants"][name].setdefault("training", {})
+        training.pop("steps", None)
+        training["seed"] = seeds
     experiment["tables"]["table2"] = {"base": "base", "rnn": "rnn"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
     pipeline_config = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
@@ -72,6 +79,12 @@ def test_tables_hold_real_numbers_for_every_variant(pipeline):
         assert (tables / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table3 = pd.read_csv(tables / "table3.csv")
     assert list(table3["variant"]) == TABLE3_VARIANTS
+    rows = table3.set_index("variant")
+    assert [str(rows.loc[name, "seeds"]) for name in TABLE3_VARIANTS] == ["2", "1", "2"]
+    assert rows.loc["E_learned", "Δ CI covers"] == "seeds (2 vs 2, paired) and sentences"
+    assert rows.loc["A_h1", "Δ CI covers"].startswith("sentences only")
+    low, high = (float(end) for end in rows.loc["E_learned", "sacreBLEU (dev) min–max"].split("–"))
+    assert low <= rows.loc["E_learned", "sacreBLEU (dev)"] <= high
     table2 = pd.read_csv(tables / "table2.csv").set_index("status")
     for variant in ("base", "rnn"):  # our rows, scored, with exact FLOPs from training
         row = table2.loc[f"ours: {variant}"]
@@ -133,30 +146,30 @@ def test_the_snakemake_report_holds_table_2_and_each_variants_bleu(pipeline):
     table2 = _reported_file(report, "results/tiny/tables/table2.md")
     assert table2 == (pipeline / "results/tiny/tables/table2.md").read_text()
     assert table2.startswith("# Table 2")
-    for variant in VARIANTS:
-        bleu = json.loads(_reported_file(report, f"results/tiny/{variant}/bleu.json"))
-        assert bleu == json.loads((pipeline / f"results/tiny/{variant}/bleu.json").read_text())
+    for variant, seed in TRAININGS:
+        path = f"results/tiny/{variant}/seed-{seed}/bleu.json"
+        assert json.loads(_reported_file(report, path)) == json.loads((pipeline / path).read_text())
 
 
 def test_every_job_logged_and_the_heavy_ones_benchmarked(pipeline):
     logs, benchmarks = pipeline / "results/logs/tiny", pipeline / "results/benchmarks/tiny"
-    assert "dev loss" in (logs / "train_base.log").read_text()  # training's stderr, captured
-    expected_logs = ["prepare_train", "train_bpe", "encode_train", "average_base",
-                     "decode_base_test_averaged", "score_base_dev_last", "summarize_base_bleu",
-                     "final_tables"]
+    assert "dev loss" in (logs / "train_base_seed2.log").read_text()  # training's stderr
+    expected_logs = ["prepare_train", "train_bpe", "encode_train", "average_base_seed1",
+                     "decode_base_seed1_test_averaged", "score_base_seed2_dev_last",
+                     "summarize_base_seed1_bleu", "final_tables"]
     for name in expected_logs:
         assert (logs / f"{name}.log").exists(), name
-    for name in ["prepare_test", "train_bpe", "encode_dev", "train_A_h1",
-                 "decode_base_dev_last", "score_E_learned_test_averaged"]:
+    for name in ["prepare_test", "train_bpe", "encode_dev", "train_A_h1_seed1",
+                 "decode_base_seed2_dev_last", "score_E_learned_seed2_test_averaged"]:
         header, measured = (benchmarks / f"{name}.tsv").read_text().splitlines()
         assert header.startswith("s\th:m:s") and float(measured.split("\t")[0]) > 0, name
 
 
 def test_each_variant_was_trained_decoded_and_scored(pipeline):
-    for variant in VARIANTS:
-        folder = pipeline / "results/tiny" / variant
+    for variant, seed in TRAININGS:
+        folder = pipeline / "results/tiny" / variant / f"seed-{seed}"
         summary = json.loads((folder / "train/summary.json").read_text())
-        assert summary["steps"] == 300
+        assert summary["steps"] == 300 and summary["settings"]["training.seed"] == seed
         scores = json.loads((folder / "bleu.json").read_text())
         for split in ("dev", "test"):
             assert 0.0 <= scores[split]["sacrebleu"] <= 100.0
@@ -172,17 +185,21 @@ def test_the_trained_base_model_beats_chance_by_far(pipeline):
     the base mid-way up its learning curve, where the last weights (dev: 29.5 sacreBLEU when
     this was written) are far ahead of the average of the last five checkpoints, steps 100-300
     (test: 3.5); so the last weights are the ones held to a bar."""
-    scores = json.loads((pipeline / "results/tiny/base/bleu.json").read_text())
-    assert scores["dev"]["sacrebleu"] > 15.0
+    for seed in SEEDS["base"]:
+        scores = json.loads((pipeline / f"results/tiny/base/seed-{seed}/bleu.json").read_text())
+        assert scores["dev"]["sacrebleu"] > 15.0, seed
 
 
-def test_mlflow_holds_one_run_per_variant_with_curves_and_bleu(pipeline):
+def test_mlflow_holds_one_run_per_training_with_curves_and_bleu(pipeline):
     with sqlite3.connect(pipeline / "results/mlflow.db") as store:
-        runs = dict(store.execute(
-            "SELECT tags.value, runs.run_uuid FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid"
-            " WHERE tags.key = 'variant'"
-        ).fetchall())
-        assert sorted(runs) == sorted(VARIANTS)
+        runs = {(variant, int(seed)): run for variant, seed, run in store.execute(
+            "SELECT variant.value, seed.value, runs.run_uuid FROM runs"
+            " JOIN tags AS variant ON variant.run_uuid = runs.run_uuid AND variant.key = 'variant'"
+            " JOIN tags AS seed ON seed.run_uuid = runs.run_uuid AND seed.key = 'seed'"
+        ).fetchall()}
+        assert sorted(runs) == sorted(TRAININGS)
+        names = dict(store.execute("SELECT run_uuid, name FROM runs").fetchall())
+        assert names[runs["base", 2]] == "base seed 2"
         for run_id in runs.values():
             keys = {row[0] for row in store.execute(
                 "SELECT DISTINCT key FROM metrics WHERE run_uuid = ?", (run_id,)
@@ -198,18 +215,18 @@ def test_a_second_run_rebuilds_nothing(pipeline):
     assert _planned_jobs(pipeline, "all") == {}
 
 
-def test_a_deleted_variant_is_rebuilt_alone_by_its_target(pipeline, tmp_path):
-    shutil.move(pipeline / "results/tiny/E_learned", tmp_path / "E_learned")
-    planned = _planned_jobs(pipeline, "results/tiny/E_learned/bleu.json")
+def test_one_deleted_seed_is_rebuilt_alone_by_its_target(pipeline, tmp_path):
+    shutil.move(pipeline / "results/tiny/E_learned/seed-2", tmp_path / "seed-2")
+    planned = _planned_jobs(pipeline, "results/tiny/E_learned/seed-2/bleu.json")
     assert planned == {"train": 1, "average": 1, "decode": 2, "score": 2, "summarize_variant": 1}
-    result = _snakemake(pipeline, "--dry-run", "results/tiny/E_learned/bleu.json")
-    assert "variant=E_learned" in result.stdout
+    result = _snakemake(pipeline, "--dry-run", "results/tiny/E_learned/seed-2/bleu.json")
+    assert "variant=E_learned, seed=2" in result.stdout and "seed=1" not in result.stdout
     assert "variant=base" not in result.stdout and "variant=A_h1" not in result.stdout
-    shutil.move(tmp_path / "E_learned", pipeline / "results/tiny/E_learned")
+    shutil.move(tmp_path / "seed-2", pipeline / "results/tiny/E_learned/seed-2")
 
 
 def test_one_variants_target_plans_only_that_variant(pipeline):
-    result = _snakemake(pipeline, "--dry-run", "--forceall", "results/tiny/A_h1/bleu.json")
+    result = _snakemake(pipeline, "--dry-run", "--forceall", "results/tiny/A_h1/seed-1/bleu.json")
     assert result.returncode == 0
     assert "variant=A_h1" in result.stdout
     assert "variant=E_learned" not in result.stdout and "variant=base" not in result.stdout
@@ -220,19 +237,19 @@ def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tm
 
     from tests.mlflow_server import running_mlflow_server
 
-    shutil.rmtree(pipeline / "results/tiny/base")  # retrain the base model from scratch
+    shutil.rmtree(pipeline / "results/tiny/base/seed-1")  # retrain a base model from scratch
     with running_mlflow_server(tmp_path) as url:
         environment = dict(os.environ, MLFLOW_TRACKING_URI=url)
         result = subprocess.run(
             [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml",
-             "results/tiny/base/bleu.json"],
+             "results/tiny/base/seed-1/bleu.json"],
             cwd=pipeline, capture_output=True, text=True, timeout=900, env=environment,
         )
         assert result.returncode == 0, result.stderr[-4000:]
         client = MlflowClient(url)
         experiment = client.get_experiment_by_name("tiny")
         runs = client.search_runs([experiment.experiment_id], filter_string="tags.variant = 'base'")
-        assert len(runs) == 1
+        assert len(runs) == 1 and runs[0].data.tags["seed"] == "1"
         assert "test_averaged_sacrebleu" in runs[0].data.metrics
         assert runs[0].data.params["model.d_model"] == "64"
 
@@ -265,7 +282,7 @@ def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once
     kept = {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()}
     try:
         jobs = _planned_jobs(pipeline, "all")
-        assert "train" not in jobs and jobs["decode"] == 2, jobs  # base's decodings only
+        assert "train" not in jobs and jobs["decode"] == 4, jobs  # base's decodings only
         ran = _snakemake(pipeline, "all")
         assert ran.returncode == 0, ran.stderr[-3000:]
         stale = [line for line in ran.stdout.splitlines() + ran.stderr.splitlines()

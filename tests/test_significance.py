@@ -1,17 +1,21 @@
-"""Paired bootstrap significance on constructed systems whose difference is known, and the tables
-that print it."""
+"""The bootstrap over seeds and sentences: by hand on made-up scores, against an independent
+implementation and sacreBLEU's own paired test, on constructed systems whose difference is
+known, and in the tables that print it."""
 
+import os
 import random
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from reproduce.scoring.significance import (
-    _corpus_bleu, _resampled_differences, _sentence_statistics, paired_bootstrap,
+    _corpus_bleu, _seed_draws, _sentence_draws, _sentence_statistics, compare_translations,
+    two_level_bootstrap,
 )
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.render import render_tables
@@ -34,7 +38,7 @@ def _spoil(sentence: str, rng: random.Random) -> str:
 @pytest.fixture(scope="module")
 def systems() -> dict[str, list[str]]:
     """A baseline right on half the sentences; 'better' right on 15 more of them (a small,
-    consistent gain); 'perfect' right on all."""
+    consistent gain), 'slightly_better' on 3 more; 'perfect' right on all."""
     references = _references()
     rng = random.Random(1)
     wrong = set(rng.sample(range(len(references)), len(references) // 2))
@@ -42,12 +46,19 @@ def systems() -> dict[str, list[str]]:
                 for index, line in enumerate(references)]
     fixed = set(rng.sample(sorted(wrong), 15))
     better = [references[index] if index in fixed else line for index, line in enumerate(baseline)]
+    slightly = [references[index] if index in sorted(fixed)[:3] else line
+                for index, line in enumerate(baseline)]
     return {"references": references, "baseline": baseline, "better": better,
-            "perfect": list(references)}
+            "slightly_better": slightly, "perfect": list(references)}
+
+
+def _one_seed_each(systems: dict[str, list[str]], system: str, baseline: str):
+    return compare_translations({1: systems[system]}, {1: systems[baseline]},
+                                systems["references"])
 
 
 def test_identical_outputs_differ_by_nothing_and_are_not_significant(systems):
-    result = paired_bootstrap(systems["baseline"], systems["baseline"], systems["references"])
+    result = _one_seed_each(systems, "baseline", "baseline")
     assert result.difference == 0.0
     assert result.p_value == pytest.approx(1.0)  # sacreBLEU alone would say 1/1001
     assert result.interval[0] <= 0.0 <= result.interval[1]
@@ -55,7 +66,7 @@ def test_identical_outputs_differ_by_nothing_and_are_not_significant(systems):
 
 
 def test_a_clearly_better_system_is_significant_with_an_interval_above_zero(systems):
-    result = paired_bootstrap(systems["perfect"], systems["baseline"], systems["references"])
+    result = _one_seed_each(systems, "perfect", "baseline")
     assert result.system_bleu == pytest.approx(100.0)
     assert result.difference == pytest.approx(100.0 - result.baseline_bleu)
     assert result.p_value < 0.01 and result.significant
@@ -65,56 +76,156 @@ def test_a_clearly_better_system_is_significant_with_an_interval_above_zero(syst
 def test_a_small_consistent_gain_is_found_because_the_resamples_are_paired(systems):
     """Scored on independent resamples, each system's BLEU varies by more than the gain; scored
     on the same resampled sentences, the gain is all that differs."""
-    result = paired_bootstrap(systems["better"], systems["baseline"], systems["references"])
+    result = _one_seed_each(systems, "better", "baseline")
     assert 0.0 < result.interval[0] < result.difference < result.interval[1]
     assert result.p_value < 0.01
     # The same resamples drawn independently for each system: the gain drowns in the spread.
-    bleu, references = BLEU(), systems["references"]
+    references = systems["references"]
     rng = np.random.default_rng(12345)
-    better_stats = _sentence_statistics(bleu, systems["better"], references)
-    baseline_stats = _sentence_statistics(bleu, systems["baseline"], references)
-    unpaired = [_corpus_bleu(bleu, better_stats[rng.choice(300, 300)].sum(axis=0))
-                - _corpus_bleu(bleu, baseline_stats[rng.choice(300, 300)].sum(axis=0))
+    better_stats = _sentence_statistics(systems["better"], references)
+    baseline_stats = _sentence_statistics(systems["baseline"], references)
+    unpaired = [_corpus_bleu(better_stats[rng.choice(300, 300)].sum(axis=0))
+                - _corpus_bleu(baseline_stats[rng.choice(300, 300)].sum(axis=0))
                 for _ in range(1000)]
     assert np.percentile(unpaired, 2.5) < 0.0 < result.interval[0]
 
 
 def test_swapping_the_systems_flips_the_difference_and_keeps_the_p_value(systems):
-    forward = paired_bootstrap(systems["better"], systems["baseline"], systems["references"])
-    backward = paired_bootstrap(systems["baseline"], systems["better"], systems["references"])
+    forward = _one_seed_each(systems, "better", "baseline")
+    backward = _one_seed_each(systems, "baseline", "better")
     assert backward.difference == pytest.approx(-forward.difference)
     assert backward.interval == pytest.approx((-forward.interval[1], -forward.interval[0]))
     assert backward.p_value == forward.p_value
 
 
-def test_the_p_value_is_sacrebleus_and_the_interval_comes_from_the_same_resamples(systems):
-    result = paired_bootstrap(systems["better"], systems["baseline"], systems["references"])
-    _, sacre = PairedTest([("baseline", systems["baseline"]), ("system", systems["better"])],
-                          {"BLEU": BLEU()}, [systems["references"]], test_type="bs",
-                          n_samples=1000)()
-    assert result.p_value == sacre["BLEU"][1].p_value
-    assert result.system_bleu == sacre["BLEU"][1].score
-    assert "bs:1000" in result.signature and "seed:12345" in result.signature
-    # The interval's resampled differences are sacreBLEU's: its p-value, recomputed from them
-    # with its rule (centred absolute differences beyond the observed one), is the same.
-    differences = np.abs(_resampled_differences(systems["better"], systems["baseline"],
-                                                systems["references"], 1000, 12345))
-    beyond = np.sum(differences - differences.mean() > abs(result.difference))
-    assert (beyond + 1) / 1001 == pytest.approx(result.p_value)
+def test_with_one_seed_a_side_it_is_sacrebleus_paired_bootstrap(systems):
+    """sacreBLEU's test draws the same sentences from the same seed: its p-value is ours, on a
+    difference small enough that the p-value is not the smallest one possible."""
+    for system in ("slightly_better", "better"):
+        result = compare_translations({1: systems[system]}, {1: systems["baseline"]},
+                                      systems["references"])
+        with_seed = os.environ.copy()
+        os.environ["SACREBLEU_SEED"] = "12345"
+        try:
+            _, sacre = PairedTest([("baseline", systems["baseline"]), ("system", systems[system])],
+                                  {"BLEU": BLEU()}, [systems["references"]], test_type="bs",
+                                  n_samples=1000)()
+        finally:
+            os.environ.clear()
+            os.environ.update(with_seed)
+        assert result.p_value == pytest.approx(sacre["BLEU"][1].p_value), system
+        assert result.system_bleu == pytest.approx(sacre["BLEU"][1].score)
+        assert result.baseline_bleu == pytest.approx(sacre["BLEU"][0].score)
+        assert not result.covers_training
+    assert 0.01 < compare_translations({1: systems["slightly_better"]}, {1: systems["baseline"]},
+                                       systems["references"]).p_value < 1.0
+
+
+def _points(*values: int) -> np.ndarray:
+    """Made-up sentence statistics whose corpus score (:func:`_mean_points`) is their mean."""
+    return np.array([[value, 1] for value in values])
+
+
+def _mean_points(summed: np.ndarray) -> float:
+    return summed[0] / summed[1]
+
+
+def test_the_draws_are_those_the_hand_computations_below_use():
+    """Seed 4, 2 replicates, 3 sentences: sentences [2, 2, 2] then [1, 2, 2]; seed positions
+    [0, 1] then [0, 0] for the system (and the baseline, when paired), [1, 0] then [1, 0] for
+    an unpaired baseline."""
+    assert _sentence_draws(3, 2, seed=4).tolist() == [[2, 2, 2], [1, 2, 2]]
+    paired = _seed_draws([1, 2], [1, 2], 2, seed=4)
+    assert [draws.tolist() for draws in paired] == [[[0, 1], [0, 0]], [[0, 1], [0, 0]]]
+    unpaired = _seed_draws([1, 2], [1, 3], 2, seed=4)
+    assert [draws.tolist() for draws in unpaired] == [[[0, 1], [0, 0]], [[1, 0], [1, 0]]]
+
+
+def test_paired_seeds_two_level_interval_by_hand():
+    """System seed 1 scores sentences 1, 2, 3 and seed 2 3, 4, 8; the baseline's 0, 1, 1 and
+    2, 2, 5. Observed: (2 + 5) / 2 - (2/3 + 3) / 2 = 5/3.
+    Replicate 1, sentences [2, 2, 2], seeds 1 and 2 both sides: (3 + 8) / 2 - (1 + 5) / 2 = 2.5.
+    Replicate 2, sentences [1, 2, 2], seed 1 twice both sides: 8/3 - 1 = 5/3.
+    Interval with 2 replicates: the smallest and the largest, [5/3, 2.5]. p: the absolute
+    differences centred on their mean are +-5/12, none beyond 5/3: (0 + 1) / (2 + 1)."""
+    result = two_level_bootstrap({1: _points(1, 2, 3), 2: _points(3, 4, 8)},
+                                 {1: _points(0, 1, 1), 2: _points(2, 2, 5)},
+                                 _mean_points, resamples=2, seed=4)
+    assert result.difference == pytest.approx(5 / 3)
+    assert result.interval == pytest.approx((5 / 3, 2.5))
+    assert result.p_value == pytest.approx(1 / 3)
+    assert result.paired_seeds and result.covers_training
+
+
+def test_unpaired_seeds_two_level_interval_by_hand():
+    """The baseline trained with seeds 1 and 3 (0, 1, 1 and 2, 2, 5): its seeds are drawn apart
+    from the system's. Replicate 1: (3 + 8) / 2 - (5 + 1) / 2 = 2.5; replicate 2, sentences
+    [1, 2, 2], the system's seed 1 twice, the baseline's seeds 3 and 1: 8/3 - (4 + 1) / 2 = 1/6.
+    Interval [1/6, 2.5]; observed 5/3 as before, p = 1/3 (centred differences +-7/6)."""
+    result = two_level_bootstrap({1: _points(1, 2, 3), 2: _points(3, 4, 8)},
+                                 {1: _points(0, 1, 1), 3: _points(2, 2, 5)},
+                                 _mean_points, resamples=2, seed=4)
+    assert result.difference == pytest.approx(5 / 3)
+    assert result.interval == pytest.approx((1 / 6, 2.5))
+    assert result.p_value == pytest.approx(1 / 3)
+    assert not result.paired_seeds and result.covers_training
+
+
+def test_two_level_bootstrap_equals_a_plain_loop_over_sacrebleus_corpus_bleu(systems):
+    """The same draws, scored the slow and obvious way: resampled hypothesis and reference lists
+    through sacrebleu.corpus_bleu, seed by seed, the mean per side."""
+    references = systems["references"]
+    system = {1: systems["better"], 2: systems["slightly_better"]}
+    baseline = {1: systems["baseline"], 3: systems["perfect"]}
+    resamples, seed = 30, 7
+    result = compare_translations(system, baseline, references, resamples=resamples, seed=seed)
+    sentence_rng, seed_rng = np.random.default_rng(seed), np.random.default_rng((seed, 1))
+    sentences = sentence_rng.choice(300, size=(resamples, 300))
+    system_positions = seed_rng.choice(2, size=(resamples, 2))
+    baseline_positions = seed_rng.choice(2, size=(resamples, 2))
+
+    def mean_bleu(side: dict, positions, drawn) -> float:
+        seeds = sorted(side)
+        return np.mean([sacrebleu.corpus_bleu([side[seeds[at]][i] for i in drawn],
+                                              [[references[i] for i in drawn]]).score
+                        for at in positions])
+
+    expected = sorted(mean_bleu(system, system_positions[r], sentences[r])
+                      - mean_bleu(baseline, baseline_positions[r], sentences[r])
+                      for r in range(resamples))
+    assert result.interval == pytest.approx((expected[0], expected[-1]))  # 30 // 40 = 0
+    observed = (np.mean([sacrebleu.corpus_bleu(side, [references]).score
+                         for side in system.values()])
+                - np.mean([sacrebleu.corpus_bleu(side, [references]).score
+                           for side in baseline.values()]))
+    assert result.difference == pytest.approx(observed)
+
+
+def test_training_noise_widens_the_interval_that_sentences_alone_give(systems):
+    """Two seeds of the system a few points apart: the interval over seeds and sentences is
+    wider than the one over sentences of either seed alone."""
+    references, baseline = systems["references"], {1: systems["baseline"], 2: systems["baseline"]}
+    both = compare_translations({1: systems["better"], 2: systems["slightly_better"]}, baseline,
+                                references)
+    for seed, system in ((1, systems["better"]), (2, systems["slightly_better"])):
+        alone = compare_translations({seed: system}, {seed: baseline[seed]}, references)
+        assert both.interval[1] - both.interval[0] > alone.interval[1] - alone.interval[0]
 
 
 def test_a_seed_gives_the_same_answer_every_time(systems):
-    first = paired_bootstrap(systems["better"], systems["baseline"], systems["references"])
-    assert paired_bootstrap(systems["better"], systems["baseline"], systems["references"]) == first
+    first = _one_seed_each(systems, "better", "baseline")
+    assert _one_seed_each(systems, "better", "baseline") == first
 
 
 def test_systems_of_different_lengths_are_refused(systems):
-    with pytest.raises(ValueError, match="one hypothesis per reference"):
-        paired_bootstrap(systems["better"][:-1], systems["baseline"], systems["references"])
+    with pytest.raises(ValueError, match="seed 1 has 299 hypotheses for 300 references"):
+        compare_translations({1: systems["better"][:-1]}, {1: systems["baseline"]},
+                             systems["references"])
 
 
-def _write_outputs(results: Path, variant: str, split: str, weights: str, lines: list[str]) -> None:
-    path = results / "toy" / variant / "translations" / f"{split}.{weights}.txt"
+def _write_outputs(results: Path, variant: str, split: str, weights: str, lines: list[str],
+                   seed: int = 1) -> None:
+    path = results / "toy" / variant / f"seed-{seed}" / "translations" / f"{split}.{weights}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines))
 
@@ -129,7 +240,7 @@ def tested_results(tmp_path, systems) -> Path:
         (results / f"toy/data/{split}.ref").write_text(
             "".join(line + "\n" for line in systems["references"]))
     for variant in ("base", "A_h1", "E_learned", "big", "rnn"):
-        write_json(results / "toy" / variant / "bleu.json",
+        write_json(results / "toy" / variant / "seed-1" / "bleu.json",
                    {"dev": scores(50.0, 50.0, 2.0), "test": scores(50.0, 50.0, 2.0)})
     _write_outputs(results, "base", "dev", "last", systems["better"])
     _write_outputs(results, "A_h1", "dev", "last", systems["better"])
@@ -149,20 +260,24 @@ def test_table3_shows_each_rows_difference_interval_and_significance(tested_resu
     assert table.loc["A_h1", "ΔsacreBLEU vs base"] == 0.0 and table.loc["A_h1", "p vs base"] == 1.0
     assert pd.isna(table.loc["A_h1", "p < 0.05"])  # not marked
     assert table.loc["E_learned", "ΔsacreBLEU vs base"] > 0
-    assert table.loc["E_learned", "p < 0.05"] == "*"
+    assert table.loc["E_learned", "p < 0.05"] == "* (1 seed: sentences only)"  # never bare
+    assert table.loc["E_learned", "Δ CI covers"].startswith("sentences only")
+    assert str(table.loc["E_learned", "seeds"]) == "1"
     assert pd.isna(table.loc["big", "ΔsacreBLEU vs base"])  # big has no dev translations yet
     markdown = (tmp_path / "tables/table3.md").read_text()
     e_row = next(line for line in markdown.splitlines() if line.startswith("| E "))
-    low, high = paired_bootstrap(systems_of(tested_results, "E_learned"),
-                                 systems_of(tested_results, "base"),
-                                 systems_of(tested_results, "data")).interval
-    assert f"[{low:+.2f}, {high:+.2f}]" in e_row and "| 0.000999 " in e_row and "| * " in e_row
-    assert "paired bootstrap" in markdown.split("Notes:")[1]
+    low, high = compare_translations({1: systems_of(tested_results, "E_learned")},
+                                     {1: systems_of(tested_results, "base")},
+                                     systems_of(tested_results, "data")).interval
+    assert f"[{low:+.2f}, {high:+.2f}]" in e_row and "| 0.000999 " in e_row
+    assert "| * (1 seed: sentences only) |" in e_row
+    notes = markdown.split("Notes:")[1]
+    assert "paired bootstrap" in notes and "training randomness is not measured" in notes
 
 
 def systems_of(results: Path, variant: str) -> list[str]:
     path = (results / "toy/data/dev.ref" if variant == "data"
-            else results / "toy" / variant / "translations/dev.last.txt")
+            else results / "toy" / variant / "seed-1/translations/dev.last.txt")
     return path.read_text().splitlines()
 
 
@@ -186,9 +301,52 @@ def test_the_tables_rule_is_told_every_file_the_tests_read(tmp_path):
                                  more_variants={"rnn": {"model": {"architecture": "rnn"}}})
     files = compared_files(experiment, "res")
     assert files == [
-        "res/toy/A_h1/translations/dev.last.txt", "res/toy/base/translations/dev.last.txt",
-        "res/toy/data/dev.ref", "res/toy/E_learned/translations/dev.last.txt",
-        "res/toy/big/translations/dev.last.txt",
-        "res/toy/base/translations/test.averaged.txt", "res/toy/rnn/translations/test.averaged.txt",
-        "res/toy/data/test.ref", "res/toy/big/translations/test.averaged.txt",
+        "res/toy/A_h1/seed-1/translations/dev.last.txt",
+        "res/toy/base/seed-1/translations/dev.last.txt", "res/toy/data/dev.ref",
+        "res/toy/E_learned/seed-1/translations/dev.last.txt",
+        "res/toy/big/seed-1/translations/dev.last.txt",
+        "res/toy/base/seed-1/translations/test.averaged.txt",
+        "res/toy/rnn/seed-1/translations/test.averaged.txt", "res/toy/data/test.ref",
+        "res/toy/big/seed-1/translations/test.averaged.txt",
     ]
+    seeded = make_experiment(more_variants={"A_h1": {"table3_row": "A",
+                                                     "training": {"seed": [1, 2]}}})
+    assert {"res/toy/A_h1/seed-1/translations/dev.last.txt",
+            "res/toy/A_h1/seed-2/translations/dev.last.txt"} <= set(compared_files(seeded, "res"))
+
+
+def test_table3_over_seeds_gives_their_number_mean_spread_and_what_the_interval_covers(
+        tested_results, systems, tmp_path):
+    """base and A_h1 trained with seeds 1 and 2, E_learned with seed 1 only: A_h1's second seed
+    scores lower; its comparison covers seeds and sentences, E_learned's sentences alone."""
+    experiment = make_experiment(more_variants={
+        "base": {"table3_row": "base", "training": {"seed": [1, 2]}},
+        "A_h1": {"table3_row": "A", "model": {"heads": 1, "d_k": 64, "d_v": 64},
+                 "training": {"seed": [1, 2]}},
+        "E_learned": {"table3_row": "E", "model": {"positional": "learned"}}})
+    for variant, sacre in (("base", 52.0), ("A_h1", 40.0)):
+        write_json(tested_results / "toy" / variant / "seed-2" / "bleu.json",
+                   {"dev": scores(sacre + 1, sacre, 2.0), "test": scores(sacre + 1, sacre, 2.0)})
+    _write_outputs(tested_results, "base", "dev", "last", systems["better"], seed=2)
+    _write_outputs(tested_results, "A_h1", "dev", "last", systems["baseline"], seed=2)
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant")
+    a_h1 = table.loc["A_h1"]
+    assert (str(a_h1["seeds"]), a_h1["sacreBLEU (dev)"]) == ("2", 45.0)  # the mean of 50 and 40
+    assert a_h1["sacreBLEU (dev) min–max"] == "40.00–50.00"
+    assert a_h1["BLEU (dev) min–max"] == "41.00–50.00"
+    assert a_h1["Δ CI covers"] == "seeds (2 vs 2, paired) and sentences"
+    expected = compare_translations({1: systems["better"], 2: systems["baseline"]},
+                                    {1: systems["better"], 2: systems["better"]},
+                                    systems["references"])
+    assert expected.difference < 0
+    assert a_h1["ΔsacreBLEU vs base"] == pytest.approx(expected.difference)
+    assert a_h1["Δ 95% CI"] == f"[{expected.interval[0]:+.2f}, {expected.interval[1]:+.2f}]"
+    assert str(table.loc["E_learned", "seeds"]) == "1"
+    assert table.loc["E_learned", "sacreBLEU (dev) min–max"] == "1 seed"
+    assert table.loc["E_learned", "Δ CI covers"].startswith("sentences only")
+    notes = (tmp_path / "tables/table3.md").read_text().split("Notes:")[1]
+    assert "two-level bootstrap" in notes and "Davison & Hinkley" in notes
+    assert "trained with one seed: E_learned" in notes
+    scores_table = pd.read_csv(tmp_path / "tables/scores.csv")
+    assert list(scores_table.loc[scores_table["variant"] == "A_h1", "seed"]) == [1, 2]

@@ -78,7 +78,7 @@ def _tracking_server(folder: Path):
 
 
 def _one_short_variant(experiment: dict) -> None:
-    experiment["training"] |= {"steps": 40, "eval_every_steps": 20}
+    experiment["training"] |= {"steps": 40, "eval_every_steps": 20, "seed": 1}
     experiment["training"]["checkpoints"]["every_steps"] = 8  # 5 checkpoints to average
     experiment["variants"] = {"base": experiment["variants"]["base"]}
     experiment["tables"]["table2"] = {"base": "base"}
@@ -129,16 +129,16 @@ def test_the_readme_cluster_steps_train_with_the_profiles_request_and_log_to_the
         client = MlflowClient(uri)  # every job logged to the server, none to a SQLite file
         experiment = client.get_experiment_by_name("tiny")
         runs = client.search_runs([experiment.experiment_id], "tags.kind = 'variant'")
-        assert [run.data.tags["mlflow.runName"] for run in runs] == ["base"]
+        assert [run.data.tags["mlflow.runName"] for run in runs] == ["base seed 1"]
         assert runs[0].info.status == "FINISHED"
         assert "test_averaged_sacrebleu" in runs[0].data.metrics
     assert not (workdir / "results/mlflow.db").exists()
-    summary = json.loads((workdir / "results/tiny/base/train/summary.json").read_text())
+    summary = json.loads((workdir / "results/tiny/base/seed-1/train/summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 40  # one rank per GPU
     assert (workdir / "results/tiny/tables/table3.md").exists()
     # The other rules ran as Slurm jobs (the plugin's logs), training through submitit.
     assert any((workdir / ".snakemake/slurm_logs").rglob("*.log"))
-    training_logs = list((workdir / "results/tiny/base/submitit").glob("*_0_log.out"))
+    training_logs = list((workdir / "results/tiny/base/seed-1/submitit").glob("*_0_log.out"))
     assert training_logs
     job, batch_script = _slurm_job(training_logs[0].name.split("_")[0])
     assert job["Account"] == "paper_project" and job["Features"] == "testnode"

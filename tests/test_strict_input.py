@@ -218,7 +218,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_source_sentence_to_decode(tm
 def test_a_scores_file_that_is_not_json_is_one_line_naming_it(tmp_path):
     (tmp_path / "dev.json").write_text('{"bleu": 1.0}\n')
     (tmp_path / "test.json").write_text('{"bleu": 1.0,\n oops}\n')
-    result = run_cli("summarize", "--dataset", "tiny", "--variant", "base", "--dev", "dev.json",
+    result = run_cli("summarize", "--dataset", "tiny", "--variant", "base", "--seed", "1",
+                     "--dev", "dev.json",
                      "--test", "test.json", "--out", "out.json", cwd=tmp_path)
     assert_one_line_error(result, "summarize", "test.json line 2 column 2: not JSON")
     assert not (tmp_path / "out.json").exists()

@@ -44,13 +44,13 @@ def results(tmp_path) -> Path:
     """base: scored; wide: trained, not scored."""
     root = tmp_path / "results" / "toy_parsing"
     experiment = make_parsing_experiment({"wsj_only": "base"})  # the settings of every test's
-    write_json(root / "base/train/summary.json", {"parameters": 2_500_000,
+    write_json(root / "base/seed-1/train/summary.json", {"parameters": 2_500_000,
                                                   "settings": settings_of(experiment, "base")})
-    write_json(root / "base/f1.json", {
+    write_json(root / "base/seed-1/f1.json", {
         "dev": {"f1": 88.0, "perplexity": 1.5},
         "test": {"f1": 89.25, "exact_match": 31.0, "repaired_sentences": 7, "perplexity": 1.6},
     })
-    write_json(root / "wide/train/summary.json", {"parameters": 9_000_000,
+    write_json(root / "wide/seed-1/train/summary.json", {"parameters": 9_000_000,
                                                   "settings": settings_of(experiment, "wide")})
     return tmp_path / "results"
 

@@ -14,7 +14,7 @@ from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_fig
 from reproduce.tables.render import render_tables
 from reproduce.gpu_peak_rates import peak_rate
 from reproduce.tables.outputs import TABLE_FILES
-from reproduce.tables.results import read_variant
+from reproduce.tables.results import read_training
 from reproduce.tables.table2 import build_table2
 from reproduce.tables.table3 import build_table3
 
@@ -67,7 +67,7 @@ def scores(tokenized: float, sacre: float, perplexity: float) -> dict:
 @pytest.fixture
 def results(tmp_path) -> Path:
     """base: finished; A_h1: trained, not scored; E_learned: training; big: not started."""
-    base = tmp_path / "results" / "toy" / "base"
+    base = tmp_path / "results" / "toy" / "base" / "seed-1"
     write_json(base / "train/summary.json", recorded(make_experiment(), "base") | {
         "parameters": 2_000_000, "source_tokens": 1000, "target_tokens": 1500,
         "training_flops": 7_250_000_000, "gpu_hours": 2.0, "steps": 600, "world_size": 2,
@@ -82,12 +82,12 @@ def results(tmp_path) -> Path:
         '{"step": 100, "dev_loss": 2.0, "dev_perplexity": 7.389}\n'
         '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n'
     )
-    a_h1 = tmp_path / "results" / "toy" / "A_h1"
+    a_h1 = tmp_path / "results" / "toy" / "A_h1" / "seed-1"
     write_json(a_h1 / "train/summary.json", recorded(make_experiment(), "A_h1") | {
         "parameters": 1_500_000, "source_tokens": 800, "target_tokens": 900, "gpu_hours": 0.0,
         "training_flops": 3_100_000_000,
         "world_size": 1, "device": "cpu"})
-    learned = tmp_path / "results" / "toy" / "E_learned" / "train/metrics.jsonl"
+    learned = tmp_path / "results" / "toy" / "E_learned" / "seed-1" / "train/metrics.jsonl"
     learned.parent.mkdir(parents=True)
     learned.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n{"step": 2')
     return tmp_path / "results"
@@ -119,7 +119,7 @@ def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_sc
     from reproduce.config import trained_settings
 
     experiment = make_experiment()
-    summary_path = results / "toy/base/train/summary.json"
+    summary_path = results / "toy/base/seed-1/train/summary.json"
     summary = json.loads(summary_path.read_text())
     settings = trained_settings(experiment.variant("base"), experiment)
     write_json(summary_path, summary | {"settings": settings | {"model.dropout": 0.3}})
@@ -223,7 +223,7 @@ def test_table2_shows_our_rnn_row_beside_our_transformer_rows(results, tmp_path)
     experiment = make_experiment(
         table2={"base": "base", "big": "big", "rnn": "lstm"},
         more_variants={"lstm": {"model": {"architecture": "rnn", "rnn_attention": "additive"}}})
-    lstm = results / "toy" / "lstm"
+    lstm = results / "toy" / "lstm" / "seed-1"
     write_json(lstm / "train/summary.json", recorded(experiment, "lstm") | {
         "parameters": 900_000, "source_tokens": 700, "target_tokens": 750, "gpu_hours": 1.5,
         "training_flops": 4_400_000_000, "world_size": 1, "device": "NVIDIA H100"})
@@ -281,7 +281,8 @@ def test_plots_show_what_has_finished_and_say_when_nothing_has(results, tmp_path
     axes = bleu_vs_parameters_figure(table3, "toy").axes[0]
     assert [text.get_text() for text in axes.texts] == ["base"]  # only base has BLEU and params
     assert axes.collections[0].get_offsets().tolist() == [[2.0, 21.5]]
-    curves = {name: read_variant(results, make_experiment(), name) for name in experiment.variants}
+    curves = {name: read_training(results, make_experiment(), name, 1)
+              for name in experiment.variants}
     lines = dev_perplexity_figure(curves, "toy").axes[0].get_lines()
     assert [line.get_label() for line in lines] == ["base", "E_learned"]
     assert lines[0].get_xdata().tolist() == [100, 200]
@@ -289,7 +290,7 @@ def test_plots_show_what_has_finished_and_say_when_nothing_has(results, tmp_path
     empty = build_table3(experiment, tmp_path / "empty")
     assert [text.get_text() for text in bleu_vs_parameters_figure(empty, "toy").axes[0].texts] == \
         ["no results yet"]
-    nothing = {"base": read_variant(tmp_path / "empty", make_experiment(), "base")}
+    nothing = {"base": read_training(tmp_path / "empty", make_experiment(), "base", 1)}
     assert [text.get_text() for text in dev_perplexity_figure(nothing, "toy").axes[0].texts] == \
         ["no results yet"]
     plt.close("all")
@@ -306,31 +307,33 @@ def test_everything_is_written_when_nothing_has_finished(tmp_path):
 
 
 def test_dev_curve_keeps_the_last_record_of_a_step_logged_again_after_a_resume(results):
-    metrics = results / "toy/E_learned/train/metrics.jsonl"  # a training: its live log is read
+    # a training: its live log is read
+    metrics = results / "toy/E_learned/seed-1/train/metrics.jsonl"
     again = '{"step": 100, "dev_loss": 1.9, "dev_perplexity": 6.7}\n'
     metrics.write_text('{"step": 100, "dev_loss": 2.2, "dev_perplexity": 9.03}\n'
                        '{"step": 200, "dev_loss": 1.8, "dev_perplexity": 6.05}\n' + again
                        + '{"step": 2')
     # The half-written last line is left out.
-    curve = read_variant(results, make_experiment(), "E_learned").dev_curve
+    curve = read_training(results, make_experiment(), "E_learned", 1).dev_curve
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 6.7), (200, 6.05)]
 
 
 def test_a_finished_variants_curve_comes_from_its_summary_not_the_live_log(results):
     """The summary is what final_tables declares; metrics.jsonl is not among its inputs."""
-    (results / "toy/base/train/metrics.jsonl").unlink()
-    curve = read_variant(results, make_experiment(), "base").dev_curve
+    (results / "toy/base/seed-1/train/metrics.jsonl").unlink()
+    curve = read_training(results, make_experiment(), "base", 1).dev_curve
     assert [(row["step"], row["dev_perplexity"]) for row in curve] == [(100, 7.389), (200, 6.05)]
 
 
 def test_a_corrupt_results_file_is_named_in_the_error(results, tmp_path):
-    (results / "toy/base/bleu.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"toy/base/bleu\.json: not valid JSON"):
+    (results / "toy/base/seed-1/bleu.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"toy/base/seed-1/bleu\.json: not valid JSON"):
         render_tables(make_experiment(), results, tmp_path / "tables")
-    (results / "toy/base/bleu.json").unlink()
+    (results / "toy/base/seed-1/bleu.json").unlink()
     # training
-    (results / "toy/E_learned/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"E_learned/train/metrics\.jsonl:1: not a JSON line"):
+    (results / "toy/E_learned/seed-1/train/metrics.jsonl").write_text('{"step": 1\n{"step": 2}\n')
+    with pytest.raises(ValueError,
+                       match=r"E_learned/seed-1/train/metrics\.jsonl:1: not a JSON line"):
         render_tables(make_experiment(), results, tmp_path / "tables")
 
 
@@ -393,7 +396,8 @@ def _cost_row(tmp_path, device, precision="fp32", rate_override=None, ran_in=Non
     base = experiment.model_dump() | {"tables": tables}
     base["training"] = base["training"] | {"precision": precision}
     experiment = Experiment.model_validate(base)
-    write_json(tmp_path / "results/toy/base/train/summary.json", recorded(experiment, "base") | {
+    summary = tmp_path / "results/toy/base/seed-1/train/summary.json"
+    write_json(summary, recorded(experiment, "base") | {
         "parameters": 10, "source_tokens": 1, "target_tokens": 1, "gpu_hours": 3.0,
         "world_size": 1, "device": device, **({"precision": ran_in} if ran_in else {})})
     return build_table2(experiment, tmp_path / "results").set_index("model").loc[

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from reproduce.records import DamagedRecordsError, read_records
-from reproduce.tables.results import read_variant
+from reproduce.tables.results import read_training
 from reproduce.tracking import start_variant_run, tracking_uri
 from reproduce.training.trainer import Trainer
 from tests.test_tables import make_experiment
@@ -79,7 +79,7 @@ def test_the_mlflow_replay_leaves_a_torn_tail_out(tmp_path, monkeypatch, caplog)
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     metrics = tmp_path / "metrics.jsonl"
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, metrics)
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path, metrics)
     metrics.write_bytes(b'{"step": 2, "train_loss": 3.0}\n' + TORN["NUL-filled"])
     with caplog.at_level(logging.WARNING):
         assert run.replay_metrics() == 1
@@ -89,13 +89,13 @@ def test_the_mlflow_replay_leaves_a_torn_tail_out(tmp_path, monkeypatch, caplog)
 
 
 def test_the_tables_leave_a_torn_tail_out_with_a_warning(tmp_path, caplog):
-    metrics = tmp_path / "toy/base/train/metrics.jsonl"
+    metrics = tmp_path / "toy/base/seed-1/train/metrics.jsonl"
     metrics.parent.mkdir(parents=True)
     rows = [{"step": 4, "dev_loss": 2.0, "dev_perplexity": 7.4}]
     metrics.write_bytes(b"".join(json.dumps(row).encode() + b"\n" for row in rows)
                         + TORN["NUL-filled"] + b"\n\n")
     with caplog.at_level(logging.WARNING):
-        assert read_variant(tmp_path, make_experiment(), "base").dev_curve == rows
+        assert read_training(tmp_path, make_experiment(), "base", 1).dev_curve == rows
     assert f"{metrics}: its last line (2) is a torn record" in caplog.text
 
 

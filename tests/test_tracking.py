@@ -30,22 +30,24 @@ SECRET = "s3cr3t-pw"
 
 
 def _exercise_store(results, run_dir, uri):
-    run = start_variant_run(results, "tiny", "A_h1", "A", run_dir)
+    run = start_variant_run(results, "tiny", "A_h1", 1, "A", run_dir)
     run.log_params({"model.heads": 1})
     run.log_metrics({"train_loss": 3.5}, step=10)
     run.log_metrics({"train_loss": 2.5}, step=20)
-    resumed = start_variant_run(results, "tiny", "A_h1", "A", run_dir)
+    resumed = start_variant_run(results, "tiny", "A_h1", 1, "A", run_dir)
     assert resumed.run_id == run.run_id  # a requeued job continues the same run
     resumed.log_params({"model.heads": 1})  # logging the same params again is harmless
-    found = find_variant_run(results, "tiny", "A_h1")
+    found = find_variant_run(results, "tiny", "A_h1", 1)
     assert found.run_id == run.run_id
-    assert find_variant_run(results, "tiny", "base") is None
+    assert find_variant_run(results, "tiny", "base", 1) is None
+    assert find_variant_run(results, "tiny", "A_h1", 2) is None  # each seed is a run of its own
     client = MlflowClient(uri)
     history = client.get_metric_history(run.run_id, "train_loss")
     assert [(m.step, m.value) for m in history] == [(10, 3.5), (20, 2.5)]
     tags = client.get_run(run.run_id).data.tags
     assert tags["dataset"] == "tiny" and tags["variant"] == "A_h1" and tags["table3_row"] == "A"
-    assert tags["kind"] == "variant" and tags["mlflow.runName"] == "A_h1"
+    assert tags["kind"] == "variant" and tags["mlflow.runName"] == "A_h1 seed 1"
+    assert tags["seed"] == "1"
     assert tags["mlflow.source.name"] == "python -m reproduce train"
     assert len(tags["mlflow.source.git.commit"]) == 40
     experiment = client.get_experiment_by_name("tiny")
@@ -104,7 +106,7 @@ def test_the_tables_run_is_kept_apart_from_the_variants(tmp_path, monkeypatch, c
     table lists the variants alone. A tables run that an earlier version kept among the variants
     is deleted (softly: MLflow restores it) once the tables are logged apart."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base").finish()
+    start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base").finish()
     client = MlflowClient(tracking_uri(tmp_path))
     variants = client.get_experiment_by_name("tiny").experiment_id
     earlier = client.create_run(variants, run_name="tables", tags={"kind": "tables"}).info.run_id
@@ -127,7 +129,7 @@ def test_a_dataset_experiment_opens_on_its_key_results(tmp_path, monkeypatch):
     """The shared view that MLflow's UI opens by ``viewStateShareKey``: the key results as the
     runs table's columns; set again on an experiment made by an earlier version."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base")
     client = MlflowClient(tracking_uri(tmp_path))
     experiment = client.get_experiment_by_name("tiny")
     view = json.loads(experiment.tags[VIEW_STATE_TAG])
@@ -137,7 +139,7 @@ def test_a_dataset_experiment_opens_on_its_key_results(tmp_path, monkeypatch):
     assert {"params.`parameters`", "metrics.`summary/gpu_hours`", "metrics.`test_averaged_f1`",
             "metrics.`dev_last_perplexity`"} <= set(KEY_RESULTS)
     client.delete_experiment_tag(experiment.experiment_id, VIEW_STATE_TAG)
-    start_variant_run(tmp_path, "tiny", "A_h1", "A", tmp_path / "A_h1")
+    start_variant_run(tmp_path, "tiny", "A_h1", 1, "A", tmp_path / "A_h1")
     assert VIEW_STATE_TAG in client.get_experiment_by_name("tiny").tags
     with tables_run(tmp_path, "tiny"):
         pass
@@ -146,7 +148,7 @@ def test_a_dataset_experiment_opens_on_its_key_results(tmp_path, monkeypatch):
 
 def test_scores_are_one_value_each_under_their_split_and_checkpoint(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base")
     run.log_scores("test", "averaged", {"sacrebleu": 26.5, "perplexity": 4.9})
     history = MlflowClient(tracking_uri(tmp_path)).get_metric_history(
         run.run_id, "test_averaged_sacrebleu")
@@ -165,7 +167,7 @@ def test_mlflow_address_prints_each_experiments_page(tmp_path, monkeypatch, caps
     assert exit_status.value.code == (
         f"reproduce mlflow-address: error: MLflow store sqlite:///{tmp_path}/mlflow.db: no"
         " experiment of this project in it yet; run the pipeline first")
-    start_variant_run(tmp_path, "tiny", "base", None, tmp_path / "base")
+    start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base")
     artifact = tmp_path / "table3.html"
     artifact.write_text("<table></table>")
     with tables_run(tmp_path, "tiny") as tables:
@@ -197,7 +199,7 @@ import sys
 from pathlib import Path
 from reproduce.tracking import start_variant_run
 results, artifact = Path(sys.argv[1]), Path(sys.argv[2])
-run = start_variant_run(results, "tiny", "base", None, results / "tiny/base/checkpoints")
+run = start_variant_run(results, "tiny", "base", 1, None, results / "tiny/base/checkpoints")
 run.log_artifact(artifact, "train")
 run.finish()
 print(run.run_id)
@@ -241,8 +243,8 @@ def test_the_artifacts_of_a_moved_project_follow_its_results_folder(tmp_path, mo
 def test_a_store_named_by_the_tracking_uri_keeps_its_artifact_locations(tmp_path, monkeypatch):
     """Several results folders may share it: none of them takes its artifacts over."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'shared.db'}")
-    start_variant_run(tmp_path / "a", "tiny", "base", None, tmp_path / "a")
-    start_variant_run(tmp_path / "b", "tiny", "base", None, tmp_path / "b")
+    start_variant_run(tmp_path / "a", "tiny", "base", 1, None, tmp_path / "a")
+    start_variant_run(tmp_path / "b", "tiny", "base", 1, None, tmp_path / "b")
     experiment = MlflowClient(tracking_uri(tmp_path)).get_experiment_by_name("tiny")
     assert experiment.artifact_location == artifact_root(tmp_path / "a")
 
@@ -339,7 +341,7 @@ def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
 def _create_store_and_run(results: str, variant: str, barrier) -> None:
     barrier.wait()
     prepare_store(Path(results))
-    start_variant_run(Path(results), "tiny", variant, None, Path(results) / variant)
+    start_variant_run(Path(results), "tiny", variant, 1, None, Path(results) / variant)
 
 
 def test_six_trainings_on_a_new_store_all_start(tmp_path, monkeypatch):
@@ -415,7 +417,7 @@ def test_credentials_are_masked_in_every_logged_record(caplog):
 def test_system_metrics_are_sampled_into_the_run(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path)
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path)
     client = MlflowClient(tracking_uri(tmp_path))
     run.start_system_metrics(tracking_uri(tmp_path))
     for _ in range(300):  # the monitor's thread logs its first sample after one interval
@@ -430,7 +432,7 @@ def test_system_metrics_are_sampled_into_the_run(tmp_path, monkeypatch):
 
 def test_the_store_back_gets_the_metrics_it_missed(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, tmp_path / "metrics.jsonl")
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path, tmp_path / "metrics.jsonl")
     lines = [{"step": 2, "train_loss": 3.0, "lr": 0.1}, {"step": 4, "train_loss": 2.0, "lr": 0.2},
              {"step": 4, "dev_loss": 2.5}, {"step": 6, "train_loss": 1.0, "lr": 0.3}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from reproduce.config import ConfigError, Experiment, ResolvedVariant, load_experiment
+from reproduce.errors import UsageError
 
 
 def experiment_of(args: argparse.Namespace) -> Experiment:
@@ -25,7 +26,19 @@ def variant_of(experiment: Experiment, args: argparse.Namespace) -> ResolvedVari
             f"--variant {args.variant!r}: not a variant of {args.experiment}; "
             f"known: {', '.join(experiment.variants)}"
         )
-    return experiment.variant(args.variant)
+    return experiment.variant(args.variant, seed_of(experiment, args))
+
+
+def seed_of(experiment: Experiment, args: argparse.Namespace) -> int:
+    """``--seed``, one of the variant's seeds; left out, the first (the pipeline names it)."""
+    seeds = experiment.seeds(args.variant)
+    if args.seed is None:
+        return seeds[0]
+    if args.seed not in seeds:
+        raise UsageError(f"--seed {args.seed}: not a seed of variant {args.variant!r} in "
+                         f"{args.experiment}; its training.seed lists "
+                         f"{', '.join(map(str, seeds))}")
+    return args.seed
 
 
 def set_threads(threads: int) -> None:

@@ -103,6 +103,23 @@ def add_variant(sub: argparse.ArgumentParser,
     sub.add_argument("--variant", required=True, help=help)
 
 
+def seed_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a seed, an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer >= 0, got {value}")
+    return value
+
+
+def add_seed(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--seed", type=seed_number, default=None,
+                     help="which of the variant's training seeds (training.seed; default: the "
+                          "first)")
+
+
 def add_threads(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--threads", type=positive_int, default=1,
                      help="CPU threads per process (default 1)")

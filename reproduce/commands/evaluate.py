@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from reproduce.commands.arguments import (
-    add_command, add_experiment, add_threads, add_variant, checkpoint_file, existing_dir,
-    existing_file, output_file,
+    add_command, add_experiment, add_seed, add_threads, add_variant, checkpoint_file, existing_dir,
+    existing_file, output_file, seed_number,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
 
@@ -17,6 +17,7 @@ def _decode(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "decode", cmd_decode, "beam-search translation of a source file")
     add_experiment(sub)
     add_variant(sub, help="variant whose decoding settings apply")
+    add_seed(sub)
     sub.add_argument("--checkpoint", required=True, type=checkpoint_file,
                      help="checkpoint to translate with (final.pt or averaged.pt)")
     sub.add_argument("--spm-model", required=True, type=existing_file,
@@ -51,6 +52,7 @@ def _score(commands: argparse._SubParsersAction) -> None:
                       "the repaired trees beside --out); and perplexity")
     add_experiment(sub)
     add_variant(sub)
+    add_seed(sub)
     sub.add_argument("--split", required=True, choices=["dev", "test"], help="the split scored")
     sub.add_argument("--checkpoint-name", required=True, choices=["last", "averaged"],
                      help="which checkpoint the translations came from")
@@ -72,11 +74,11 @@ def _score(commands: argparse._SubParsersAction) -> None:
 
 def cmd_score(args: argparse.Namespace) -> None:
     experiment = experiment_of(args)
-    variant_of(experiment, args)  # refuses an unknown --variant before torch is imported
+    variant = variant_of(experiment, args)  # refused before torch is imported
     from reproduce.scoring.scores import score_split
 
     set_threads(args.threads)
-    score_split(experiment, args.variant, args.split, args.checkpoint_name,
+    score_split(experiment, variant, args.split, args.checkpoint_name,
                 translations=Path(args.translations), reference=Path(args.reference),
                 source=None if args.source is None else Path(args.source),
                 checkpoint=Path(args.checkpoint), encoded=Path(args.encoded),
@@ -88,6 +90,7 @@ def _summarize(commands: argparse._SubParsersAction) -> None:
                       "merge a variant's dev and test scores")
     sub.add_argument("--dataset", required=True, help="the experiment's name")
     add_variant(sub)
+    sub.add_argument("--seed", required=True, type=seed_number, help="the training's seed")
     sub.add_argument("--dev", required=True, type=existing_file, help="dev scores JSON")
     sub.add_argument("--test", required=True, type=existing_file, help="test scores JSON")
     sub.add_argument("--out", required=True, type=output_file,
@@ -100,6 +103,7 @@ def cmd_summarize(args: argparse.Namespace) -> None:
     summary = {
         "dataset": args.dataset,
         "variant": args.variant,
+        "seed": args.seed,
         "dev": _scores(Path(args.dev)),
         "test": _scores(Path(args.test)),
     }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reproduce.commands.arguments import (
     add_command, add_experiment, add_threads, checkpoint_file, existing_file, integers,
-    positive_int, positive_seconds,
+    positive_int, positive_seconds, seed_number,
 )
 from reproduce.commands import experiment_of
 from reproduce.errors import UsageError
@@ -86,19 +86,23 @@ def _attention(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--results", default=None, help="results root, to log to the variant's run")
     sub.add_argument("--dataset", default=None, help="dataset of the variant's MLflow run")
     sub.add_argument("--variant", default=None, help="variant whose MLflow run gets the figures")
+    sub.add_argument("--seed", type=seed_number, default=None,
+                     help="seed of that variant's training whose run gets them")
 
 
 def cmd_attention(args: argparse.Namespace) -> None:
     from reproduce.figures.attention import plot_attention
     from reproduce.tracking import log_best_effort, variant_run_for
 
-    if args.results and not (args.dataset and args.variant):
-        raise UsageError("--results needs --dataset and --variant (the run to log the plots to)")
+    if args.results and not (args.dataset and args.variant and args.seed is not None):
+        raise UsageError("--results needs --dataset, --variant and --seed (the run to log the "
+                         "plots to)")
     written = plot_attention(Path(args.checkpoint), Path(args.spm_model), Path(args.source),
                              Path(args.target), args.sentences, args.layers, Path(args.out_dir))
 
     def log_figures() -> None:
-        run = variant_run_for(Path(args.results), args.dataset, args.variant, "attention")
+        run = variant_run_for(Path(args.results), args.dataset, args.variant, args.seed,
+                              "attention")
         for path in written:
             run.log_artifact(path, "figures")
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from reproduce.commands.arguments import (
-    add_command, add_experiment, add_threads, add_variant, existing_dir, existing_file,
+    add_command, add_experiment, add_seed, add_threads, add_variant, existing_dir, existing_file,
     output_file, positive_int,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
@@ -31,9 +31,11 @@ def _train(commands: argparse._SubParsersAction) -> None:
                       "train one variant (resumes from its checkpoints)")
     add_experiment(sub)
     add_variant(sub)
+    add_seed(sub)
     sub.add_argument("--train-data", required=True, type=existing_dir, help="encoded train split")
     sub.add_argument("--dev-data", required=True, type=existing_dir, help="encoded dev split")
-    sub.add_argument("--out-dir", required=True, help="the variant's folder")
+    sub.add_argument("--out-dir", required=True,
+                     help="the folder of the variant's training with this seed")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
     sub.add_argument("--launcher", choices=["inline", "local", "slurm"], default="inline",
                      help="run in this process, in local processes, or as a Slurm job via submitit")

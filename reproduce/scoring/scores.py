@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from reproduce.config import Experiment
+from reproduce.config import Experiment, ResolvedVariant
 from reproduce.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,10 @@ def task_scores(experiment: Experiment, translations: Path, reference: Path,
                               compound_split=experiment.scoring.compound_split)
 
 
-def score_split(experiment: Experiment, variant: str, split: str, checkpoint_name: str, *,
-                translations: Path, reference: Path, source: Path | None, checkpoint: Path,
-                encoded: Path, results: Path, out: Path) -> dict:
+def score_split(experiment: Experiment, variant: ResolvedVariant, split: str,
+                checkpoint_name: str, *, translations: Path, reference: Path,
+                source: Path | None, checkpoint: Path, encoded: Path, results: Path,
+                out: Path) -> dict:
     """Score ``translations`` (from ``checkpoint``, named ``checkpoint_name``) against
     ``reference``, write the scores to ``out`` (parsing: the repaired trees beside it, ``.trees``),
     then log them to the variant's MLflow run, best effort: the store is a sink, and the file is
@@ -55,12 +56,13 @@ def score_split(experiment: Experiment, variant: str, split: str, checkpoint_nam
     scores |= task_scores(experiment, translations, reference, source, trees)
     scores |= checkpoint_perplexity(
         checkpoint, encoded,
-        expected_settings=trained_settings(experiment.variant(variant), experiment))
+        expected_settings=trained_settings(variant, experiment))
     write_json(out, scores)
     log.info("%s", json.dumps(scores))
 
     def log_scores() -> None:  # from this job's files only, once they are written
-        run = variant_run_for(results, experiment.name, variant, "score")
+        run = variant_run_for(results, experiment.name, variant.name, variant.training.seed,
+                              "score")
         run.log_scores(split, checkpoint_name,
                        {name: scores[name] for name in LOGGED_SCORES[experiment.task]})
         run.log_artifact(translations, "translations")

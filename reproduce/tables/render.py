@@ -16,7 +16,7 @@ import pandas as pd
 from reproduce.config import Experiment
 from reproduce.output_files import write_text_whole
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure, save_figure
-from reproduce.tables.results import read_variant
+from reproduce.tables.results import read_training
 from reproduce.tables.table2 import build_table2, table2_caption
 from reproduce.tables.table3 import build_table3, table3_caption
 from reproduce.tables.table4 import build_table4, table4_caption
@@ -79,16 +79,17 @@ def _write_table(out_dir: Path, stem: str, frame: pd.DataFrame,
     return [out_dir / f"{stem}.{suffix}" for suffix in ("md", "html", "csv")]
 
 
-def scores_table(experiment: Experiment, every_variant: dict) -> pd.DataFrame:
-    """Every variant's dev (last weights) and test (averaged) scores, from its bleu.json or
-    f1.json: the per-variant numbers beside the tables, in one page of the report."""
+def scores_table(experiment: Experiment, every_training: dict) -> pd.DataFrame:
+    """Every training's dev (last weights) and test (averaged) scores, from its bleu.json or
+    f1.json, a row per variant and seed: the numbers the tables average, in one page of the
+    report."""
     names = (("sacreBLEU", "sacrebleu"), ("BLEU (tokenized)", "tokenized_bleu"),
              ("PPL", "perplexity"))
     if experiment.task == "parsing":
         names = (("F1", "f1"), ("exact match", "exact_match"), ("PPL", "perplexity"))
     rows = []
-    for name, results in every_variant.items():
-        row = {"variant": name, "status": results.status}
+    for (name, seed), results in every_training.items():
+        row = {"variant": name, "seed": seed, "status": results.status}
         for label, key in names:
             row[f"{label} (dev)"] = results.dev(key)
             row[f"{label} (test)"] = results.test(key)
@@ -109,9 +110,9 @@ def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> l
     files written."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    every_variant = {name: read_variant(results_dir, experiment, name)
-                     for name in experiment.variants}
-    written = _write_table(out_dir, "scores", scores_table(experiment, every_variant),
+    every_training = {(name, seed): read_training(results_dir, experiment, name, seed)
+                      for name in experiment.variants for seed in experiment.seeds(name)}
+    written = _write_table(out_dir, "scores", scores_table(experiment, every_training),
                            scores_caption(experiment))
     if experiment.task == "parsing":
         written += _write_table(out_dir, "table4", build_table4(experiment, results_dir),
@@ -123,7 +124,9 @@ def render_tables(experiment: Experiment, results_dir: Path, out_dir: Path) -> l
                                 table2_caption(experiment, results_dir))
         written += _write_table(out_dir, "table3", table3, table3_caption(experiment))
         figures = {"bleu_vs_parameters.png": bleu_vs_parameters_figure(table3, experiment.name)}
-    figures["dev_perplexity.png"] = dev_perplexity_figure(every_variant, experiment.name)
+    curves = {f"{name} seed {seed}" if len(experiment.seeds(name)) > 1 else name: results
+              for (name, seed), results in every_training.items()}
+    figures["dev_perplexity.png"] = dev_perplexity_figure(curves, experiment.name)
     for name, figure in figures.items():
         save_figure(figure, out_dir / name)
         written.append(out_dir / name)

@@ -22,18 +22,20 @@ import pandas as pd
 
 from reproduce.config import Experiment
 from reproduce.gpu_peak_rates import peak_rate
-from reproduce.scoring.significance import RESAMPLES, SEED
-from reproduce.tables.comparisons import compare, interval_text, table2_pairs
+from reproduce.tables.comparisons import (
+    compare, interval_text, noise_covered, significance_notes, table2_pairs,
+)
 from reproduce.tables.paper import paper_table2
-from reproduce.tables.results import VariantResults, read_variant
+from reproduce.tables.results import SeededResults, read_variant, spread_text
 
 CITED = "cited, not reproduced"
 # Paired bootstrap tests of our rows against these Table 2 roles (tables.table2).
 BASELINES = ("rnn", "base")
-COLUMNS = ["model", "status", "device", "BLEU (tokenized)", "sacreBLEU", "paper BLEU",
-           "BLEU - paper",
+COLUMNS = ["model", "status", "seeds", "device", "BLEU (tokenized)", "BLEU (tokenized) min–max",
+           "sacreBLEU", "sacreBLEU min–max", "paper BLEU", "BLEU - paper",
            *(column for role in BASELINES for column in (
-               f"ΔsacreBLEU vs {role}", f"Δ 95% CI vs {role}", f"p vs {role}")),
+               f"ΔsacreBLEU vs {role}", f"Δ 95% CI vs {role}", f"p vs {role}",
+               f"Δ CI covers vs {role}")),
            "GPU-hours", "rate basis", "peak FLOPs/s per GPU",
            "FLOPs (GPU-hours x rate)",
            "FLOPs (exact count)", "paper FLOPs"]
@@ -50,7 +52,7 @@ def paper_style_flops(gpu_hours: float | None,
 
 
 def _rate(experiment: Experiment, variant: str,
-          results: VariantResults) -> tuple[str | None, float | None]:
+          results: SeededResults) -> tuple[str | None, float | None]:
     """What the paper-style estimate multiplies by, and how it was chosen."""
     device, gpu_hours = results.trained("device"), results.trained("gpu_hours")
     if not gpu_hours:
@@ -70,7 +72,7 @@ def _difference(ours: float | None, paper: float) -> float | None:
     return None if ours is None or pd.isna(paper) else ours - paper
 
 
-def _our_row(experiment: Experiment, variant: str, results: VariantResults,
+def _our_row(experiment: Experiment, variant: str, results: SeededResults,
              paper_bleu: float, paper_flops: float) -> dict:
     ours = results.test("tokenized_bleu")
     gpu_hours = results.trained("gpu_hours")
@@ -81,9 +83,12 @@ def _our_row(experiment: Experiment, variant: str, results: VariantResults,
     rate_basis, rate = _rate(experiment, variant, results)
     return {
         "status": status,
+        "seeds": results.seeds_text,
         "device": device,
         "BLEU (tokenized)": ours,
+        "BLEU (tokenized) min–max": spread_text(results.test_values("tokenized_bleu")),
         "sacreBLEU": results.test("sacrebleu"),
+        "sacreBLEU min–max": spread_text(results.test_values("sacrebleu")),
         "paper BLEU": paper_bleu,
         "BLEU - paper": _difference(ours, paper_bleu),
         "GPU-hours": gpu_hours,
@@ -108,6 +113,7 @@ def _significance(experiment: Experiment, results_dir: Path) -> dict[str, dict]:
             f"ΔsacreBLEU vs {role}": comparison.difference,
             f"Δ 95% CI vs {role}": interval_text(comparison),
             f"p vs {role}": comparison.p_value,
+            f"Δ CI covers vs {role}": noise_covered(comparison),
         })
     return columns
 
@@ -167,16 +173,12 @@ def _baseline_notes(experiment: Experiment) -> list[str]:
 def _significance_notes(experiment: Experiment) -> list[str]:
     """What the Δ, CI and p columns test, for the pairs this experiment's mapping gives."""
     roles = {variant: role for role, variant in experiment.tables.table2.items()}
-    pairs = [f"{roles[pair.system]} against {roles[pair.baseline]}"
-             for pair in table2_pairs(experiment)]
+    pairs = table2_pairs(experiment)
     if not pairs:
         return []
-    return [f"ΔsacreBLEU vs <role>: this row's sacreBLEU minus that row's ({', '.join(pairs)}), "
-            "tested with sacreBLEU's paired bootstrap (Koehn 2004) on the same test sentences "
-            f"against the same references: {RESAMPLES} resamples, seed {SEED}; Δ 95% CI: the "
-            "2.5th and 97.5th percentiles of the resampled differences; p: sacreBLEU's p-value, "
-            "a difference significant at 0.05 when p < 0.05 (reproduce/scoring/significance.py); "
-            "near 0.05 the p-value and the interval can disagree (see Table 3's notes)."]
+    compared = ", ".join(f"{roles[pair.system]} against {roles[pair.baseline]}" for pair in pairs)
+    return [f"ΔsacreBLEU vs <role>: tested for {compared}; p: a difference significant at 0.05 "
+            "when p < 0.05.", *significance_notes(experiment, "test", pairs)]
 
 
 def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str, list[str]]:
@@ -189,6 +191,9 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
     signatures = {read_variant(results_dir, experiment, variant).test("sacrebleu_signature")
                   for variant in experiment.tables.table2.values()} - {None}
     notes = [
+        "seeds: the trainings a row averages, one per seed of its training.seed (`1 of 2` while "
+        "one is missing); BLEU, sacreBLEU, GPU-hours and FLOPs are their mean (the cost of one "
+        "training), min–max the spread of BLEU over seeds.",
         _tokenized_bleu_note(experiment),
         "sacreBLEU on detokenized output against the official references as released (read as "
         "`sacrebleu -t` reads them, not normalised)" + (

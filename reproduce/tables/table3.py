@@ -1,5 +1,6 @@
 """Table 3: variations on the base model, scored on the dev set (newstest2013) with the last
-checkpoint (no averaging), our numbers beside the paper's (matched by variant name)."""
+checkpoint (no averaging), our numbers beside the paper's (matched by variant name). A row's
+scores are the mean over the variant's training seeds, their spread beside them."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
-from reproduce.scoring.significance import ALPHA, RESAMPLES, SEED
-from reproduce.tables.comparisons import compare, interval_text, table3_pairs
+from reproduce.tables.comparisons import (
+    compare, interval_text, noise_covered, significance_mark, significance_notes, table3_pairs,
+)
 from reproduce.tables.paper import paper_table3
-from reproduce.tables.results import read_variant
+from reproduce.tables.results import read_variant, spread_text
 
-COLUMNS = ["row", "variant", "status", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop",
-           "eps_ls", "train steps", "positional", "PPL (dev)", "paper PPL", "BLEU (dev)",
-           "paper BLEU", "sacreBLEU (dev)", "ΔsacreBLEU vs base", "Δ 95% CI", "p vs base",
-           "p < 0.05", "params x10^6", "paper params x10^6"]
+COLUMNS = ["row", "variant", "status", "seeds", "N", "d_model", "d_ff", "h", "d_k", "d_v",
+           "P_drop", "eps_ls", "train steps", "positional", "PPL (dev)", "paper PPL",
+           "BLEU (dev)", "BLEU (dev) min–max", "paper BLEU", "sacreBLEU (dev)",
+           "sacreBLEU (dev) min–max", "ΔsacreBLEU vs base", "Δ 95% CI", "p vs base", "p < 0.05",
+           "Δ CI covers", "params x10^6", "paper params x10^6"]
 
 
 def _millions(parameters: int | None) -> float | None:
@@ -24,11 +27,12 @@ def _millions(parameters: int | None) -> float | None:
 
 
 def _against_base(comparison) -> dict:
-    """The paired bootstrap test against the base row (empty for the base and untested rows)."""
+    """The bootstrap test against the base row (empty for the base and untested rows)."""
     if comparison is None:
         return {}
     return {"ΔsacreBLEU vs base": comparison.difference, "Δ 95% CI": interval_text(comparison),
-            "p vs base": comparison.p_value, "p < 0.05": "*" if comparison.significant else ""}
+            "p vs base": comparison.p_value, "p < 0.05": significance_mark(comparison),
+            "Δ CI covers": noise_covered(comparison)}
 
 
 def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
@@ -46,6 +50,7 @@ def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
         cited = paper.loc[name] if name in paper.index else None
         rows.append({
             "row": spec.table3_row, "variant": name, "status": results.status,
+            "seeds": results.seeds_text,
             "N": model.layers, "d_model": model.d_model, "d_ff": model.d_ff, "h": model.heads,
             "d_k": model.d_k, "d_v": model.d_v, "P_drop": model.dropout,
             "eps_ls": model.label_smoothing, "train steps": variant.training.steps,
@@ -53,8 +58,10 @@ def build_table3(experiment: Experiment, results_dir: Path) -> pd.DataFrame:
             "PPL (dev)": results.dev("perplexity"),
             "paper PPL": None if cited is None else cited["ppl_dev"],
             "BLEU (dev)": results.dev("tokenized_bleu"),
+            "BLEU (dev) min–max": spread_text(results.dev_values("tokenized_bleu")),
             "paper BLEU": None if cited is None else cited["bleu_dev"],
             "sacreBLEU (dev)": results.dev("sacrebleu"),
+            "sacreBLEU (dev) min–max": spread_text(results.dev_values("sacrebleu")),
             **_against_base(tested.get(name)),
             "params x10^6": _millions(results.trained("parameters")),
             "paper params x10^6": None if cited is None else cited["params_millions"],
@@ -67,21 +74,16 @@ def table3_caption(experiment: Experiment) -> tuple[str, str, list[str]]:
     measured = (f"Measured: {experiment.name} ({experiment.source_lang}→{experiment.target_lang})"
                 " dev split, last checkpoint (no averaging); paper: WMT14 EN-DE newstest2013.")
     notes = [
+        "seeds: the trainings a row averages, one per seed of its training.seed, each trained, "
+        "decoded and scored alone (`1 of 2` while one is missing); PPL, BLEU and sacreBLEU are "
+        "their mean, min–max their spread over seeds.",
         "PPL (dev): perplexity per word-piece of the last checkpoint (no label smoothing). "
         "BLEU (dev): the paper's tokenized, compound-split BLEU; sacreBLEU beside it.",
         "params x10^6: parameters of the trained model (train/summary.json), embeddings included "
         f"(shared {experiment.bpe.vocab_size}-piece vocabulary).",
         "paper columns: the paper's Table 3 row of the same variant name; the paper prints no "
         "parameter count for rows (A), (D) and (E) (unlisted values = same as base).",
-        f"ΔsacreBLEU vs base: this row's sacreBLEU (dev) minus the base row's, tested with "
-        f"sacreBLEU's paired bootstrap (Koehn 2004) on the same {experiment.name} dev sentences: "
-        f"{RESAMPLES} resamples, seed {SEED}; Δ 95% CI: the 2.5th and 97.5th percentiles of the "
-        "resampled differences; p vs base: sacreBLEU's p-value (reproduce/scoring/"
-        f"significance.py). p < 0.05: * marks a difference significant at {ALPHA}. The two are "
-        "read off the same resamples in different ways (the p-value compares the observed |Δ| "
-        "with the resampled |Δ| centred on their mean; the interval is percentile) and can "
-        "disagree near the threshold: a * with an interval that just reaches 0 is a borderline "
-        "difference.",
+        *significance_notes(experiment, "dev", table3_pairs(experiment)),
         "— = not available yet.",
     ]
     return f"Table 3 — {experiment.name}: variations on the base model", measured, notes

@@ -10,22 +10,23 @@ import pandas as pd
 
 from reproduce.config import Experiment
 from reproduce.tables.paper import paper_table4
-from reproduce.tables.results import VariantResults, read_variant
+from reproduce.tables.results import SeededResults, read_variant
 
 CITED = "cited, not reproduced"
-COLUMNS = ["parser", "training", "status", "F1 (test)", "paper F1", "F1 - paper", "F1 (dev)",
-           "exact match (test)", "repaired sentences (test)", "params x10^6"]
+COLUMNS = ["parser", "training", "status", "seeds", "F1 (test)", "paper F1", "F1 - paper",
+           "F1 (dev)", "exact match (test)", "repaired sentences (test)", "params x10^6"]
 # Our roles in tables.table4 -> the paper's wording of the training setting.
 TRAINING_SETTINGS = {"wsj_only": "WSJ only, discriminative", "semi_supervised": "semi-supervised"}
 PAPER_TRANSFORMER = "Transformer (4 layers)"
 
 
-def _our_row(variant: str, results: VariantResults, paper_f1: float | None) -> dict:
+def _our_row(variant: str, results: SeededResults, paper_f1: float | None) -> dict:
     ours = results.test("f1")
     parameters = results.trained("parameters")
     return {
         "status": f"ours: {variant}" if results.scores is not None else
         f"{results.status} ({variant})",
+        "seeds": results.seeds_text,
         "F1 (test)": ours,
         "paper F1": paper_f1,
         "F1 - paper": None if ours is None or paper_f1 is None else ours - paper_f1,
@@ -75,6 +76,8 @@ def table4_caption(experiment: Experiment) -> tuple[str, str, list[str]]:
         "lists each repair kind).",
         "F1 (dev): the dev split (paper: section 22) with the last checkpoint.",
         f"Rows marked '{CITED}' are the paper's Table 4 numbers, copied as printed.",
+        "seeds: the trainings our row averages, one per seed of training.seed; F1 and the "
+        "other scores are their mean.",
         "— = not available yet.",
     ]
     return f"Table 4 — {experiment.name}: English constituency parsing", measured, notes

@@ -1,4 +1,5 @@
-"""MLflow runs: one experiment per dataset with one run per model variant, and beside it an
+"""MLflow runs: one experiment per dataset with one run per training (a variant with one of its
+seeds, named ``<variant> seed <n>`` and tagged ``variant`` and ``seed``), and beside it an
 experiment ``<dataset> tables`` with the one run that holds the rendered tables.
 
 Experiments are tagged as model training (``mlflow.experimentKind``); a dataset's experiment also
@@ -279,11 +280,23 @@ def _tagged_experiment(client: MlflowClient, name: str, results_dir: Path,
     return experiment.experiment_id
 
 
+def run_name(variant: str, seed: int) -> str:
+    """A training's run name: the variant and its seed, so that the runs of one variant's seeds
+    sit side by side in the runs table (grouped by the ``variant`` tag, as the UI offers)."""
+    return f"{variant} seed {seed}"
+
+
+def _run_tags(dataset: str, variant: str, seed: int, command: str) -> dict[str, str]:
+    return {"dataset": dataset, "variant": variant, "seed": str(seed), "kind": "variant",
+            **system_tags(command, run_name(variant, seed))}
+
+
 def start_variant_run(
-    results_dir: Path, dataset: str, variant: str, table3_row: str | None, run_id_dir: Path,
-    metrics_file: Path | None = None,
+    results_dir: Path, dataset: str, variant: str, seed: int, table3_row: str | None,
+    run_id_dir: Path, metrics_file: Path | None = None,
 ) -> VariantRun:
-    """The training run of a variant: resumed if ``run_id_dir`` records one, else a new one."""
+    """The run of a variant's training with ``seed``: resumed if ``run_id_dir`` records one, else
+    a new one."""
     client = _client(results_dir)
     recorded = run_id_dir / RUN_ID_FILE
     if recorded.exists():
@@ -295,9 +308,8 @@ def start_variant_run(
             pass  # recorded in another store (MLFLOW_TRACKING_URI changed): start a new run
     run = client.create_run(
         _experiment_id(client, dataset, results_dir),
-        run_name=variant,
-        tags={"dataset": dataset, "variant": variant, "kind": "variant",
-              "table3_row": table3_row or "", **system_tags("train", variant)},
+        run_name=run_name(variant, seed),
+        tags={**_run_tags(dataset, variant, seed, "train"), "table3_row": table3_row or ""},
     )
     run_id_dir.mkdir(parents=True, exist_ok=True)
     temporary = recorded.with_name(recorded.name + ".tmp")
@@ -315,8 +327,8 @@ def start_training_run(
 
     fail_fast_over_http()  # in a submitit job too, whose environment may not carry the launcher's
     redact_credentials_in_logs()
-    run = start_variant_run(results_dir, dataset, variant.name, variant.table3_row,
-                            output_dir / "checkpoints",
+    run = start_variant_run(results_dir, dataset, variant.name, variant.training.seed,
+                            variant.table3_row, output_dir / "checkpoints",
                             metrics_file=output_dir / "train" / "metrics.jsonl")
     run.log_params(flat_params(variant, dataset) | {"world_size": world_size})
     run.set_tags({"mlflow.note.content": run_description(variant)})
@@ -326,31 +338,33 @@ def start_training_run(
     return run
 
 
-def find_variant_run(results_dir: Path, dataset: str, variant: str) -> VariantRun | None:
-    """The newest run of (dataset, variant), or None when it was never trained with tracking."""
+def find_variant_run(results_dir: Path, dataset: str, variant: str,
+                     seed: int) -> VariantRun | None:
+    """The newest run of (dataset, variant, seed), or None when it was never trained with
+    tracking."""
     client = _client(results_dir)
     experiment = client.get_experiment_by_name(dataset)
     if experiment is None:
         return None
     runs = client.search_runs(
         [experiment.experiment_id],
-        filter_string=f"tags.variant = '{variant}'",
+        filter_string=f"tags.variant = '{variant}' and tags.seed = '{seed}'",
         order_by=["attributes.start_time DESC"],
         max_results=1,
     )
     return VariantRun(client, runs[0].info.run_id) if runs else None
 
 
-def variant_run_for(results_dir: Path, dataset: str, variant: str, command: str) -> VariantRun:
-    """The newest run of (dataset, variant), or a new run tagged so by ``command``."""
-    found = find_variant_run(results_dir, dataset, variant)
+def variant_run_for(results_dir: Path, dataset: str, variant: str, seed: int,
+                    command: str) -> VariantRun:
+    """The newest run of (dataset, variant, seed), or a new run tagged so by ``command``."""
+    found = find_variant_run(results_dir, dataset, variant, seed)
     if found is not None:
         return found
     client = _client(results_dir)
     run = client.create_run(
-        _experiment_id(client, dataset, results_dir), run_name=variant,
-        tags={"dataset": dataset, "variant": variant, "kind": "variant",
-              **system_tags(command, variant)},
+        _experiment_id(client, dataset, results_dir), run_name=run_name(variant, seed),
+        tags=_run_tags(dataset, variant, seed, command),
     )
     client.set_terminated(run.info.run_id, "FINISHED")
     return VariantRun(client, run.info.run_id)

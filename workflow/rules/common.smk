@@ -90,6 +90,7 @@ wildcard_constraints:
     dataset="|".join(EXPERIMENTS),
     scores_summary="bleu|f1",
     variant=r"[A-Za-z0-9_]+",
+    seed=r"\d+",
     split="train|dev|test",
     evaluated_split="dev|test",
     weights="last|averaged",
@@ -116,27 +117,38 @@ def split_downloads(wildcards):
     return [f"{RESULTS}/downloads/{download_name(source)}" for source in sources]
 
 
-def variant_dir(dataset, variant):
-    return f"{RESULTS}/{dataset}/{variant}"
+def seed_dir(dataset, variant, seed):
+    """One training of a variant (training.seed may list several) and all that follows from it:
+    checkpoints, averaged weights, translations, scores."""
+    return f"{RESULTS}/{dataset}/{variant}/seed-{seed}"
 
 
-def _finished_training(dataset, variant):
-    """(folder, its summary or None, the settings the experiment file gives now)."""
+def trainings(dataset):
+    """(variant, seed) of every training the experiment asks for, in the file's order."""
     experiment = EXPERIMENTS[dataset]
-    folder = Path(variant_dir(dataset, variant))
+    return [
+        (variant, seed) for variant in experiment.variants for seed in experiment.seeds(variant)
+    ]
+
+
+def _finished_training(dataset, variant, seed):
+    """(folder, its summary or None, the settings the experiment file gives now). An int seed:
+    a wildcard's string, or one the experiment lists; one it does not list is refused here."""
+    experiment = EXPERIMENTS[dataset]
+    folder = Path(seed_dir(dataset, variant, seed))
     try:
         summary = read_json(folder / "train/summary.json")
     except (FileNotFoundError, ReproduceError):  # none, or damaged: for the tables to name
         summary = None
     if not isinstance(summary, dict):
         summary = None
-    return folder, summary, trained_settings(experiment.variant(variant), experiment)
+    return folder, summary, trained_settings(experiment.variant(variant, int(seed)), experiment)
 
 
 def _warn_of_stale_variants():
-    for dataset, experiment in EXPERIMENTS.items():
-        for variant in experiment.variants:
-            message = stale_training_message(*_finished_training(dataset, variant))
+    for dataset in EXPERIMENTS:
+        for variant, seed in trainings(dataset):
+            message = stale_training_message(*_finished_training(dataset, variant, seed))
             if message is not None:
                 logger.warning(f"Stale: {message}")
 
@@ -151,7 +163,9 @@ def training_inputs(wildcards):
     """The encoded train and dev splits. A stale variant (reproduce.training.staleness) whose
     training outputs are all there is left as it is (training_fingerprint); one missing some is
     refused here, while Snakemake plans, before it would delete the others to rerun it."""
-    folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
+    folder, summary, settings = _finished_training(
+        wildcards.dataset, wildcards.variant, wildcards.seed
+    )
     if not all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS):
         refuse_stale_training(folder, summary, settings)
     return {
@@ -180,43 +194,43 @@ def table_files(dataset):
     return [f"{RESULTS}/{dataset}/tables/{name}" for name in TABLE_FILES[task]]
 
 
-def scores_summary_file(dataset, variant):
-    """bleu.json (translation) or f1.json (parsing): a variant's dev and test scores."""
-    return f"{variant_dir(dataset, variant)}/{SCORES_FILE[EXPERIMENTS[dataset].task]}"
+def scores_summary_file(dataset, variant, seed):
+    """bleu.json (translation) or f1.json (parsing): one training's dev and test scores."""
+    return f"{seed_dir(dataset, variant, seed)}/{SCORES_FILE[EXPERIMENTS[dataset].task]}"
 
 
 def every_variant_scored(wildcards):
-    """Every variant's scores, and the translations and references that the tables'
+    """Every training's scores, and the translations and references that the tables'
     significance tests read (reproduce/tables/comparisons.py)."""
     return [
-        scores_summary_file(wildcards.dataset, variant)
-        for variant in EXPERIMENTS[wildcards.dataset].variants
+        scores_summary_file(wildcards.dataset, variant, seed)
+        for variant, seed in trainings(wildcards.dataset)
     ] + compared_files(EXPERIMENTS[wildcards.dataset], RESULTS)
 
 
 def every_variant_trained(wildcards):
-    """train/summary.json of every variant: the tables' parameter counts, FLOPs, GPU-hours and
+    """train/summary.json of every training: the tables' parameter counts, FLOPs, GPU-hours and
     dev curves (reproduce/tables/results.py)."""
     return [
-        f"{variant_dir(wildcards.dataset, variant)}/train/summary.json"
-        for variant in EXPERIMENTS[wildcards.dataset].variants
+        f"{seed_dir(wildcards.dataset, variant, seed)}/train/summary.json"
+        for variant, seed in trainings(wildcards.dataset)
     ]
 
 
 def variant_scores(wildcards):
     """The dev (last weights) and test (averaged) scores summarised in bleu.json or f1.json."""
-    expected = scores_summary_file(wildcards.dataset, wildcards.variant)
+    expected = scores_summary_file(wildcards.dataset, wildcards.variant, wildcards.seed)
     if os.path.basename(expected) != f"{wildcards.scores_summary}.json":
         raise ValueError(
             f"{wildcards.dataset} is a {EXPERIMENTS[wildcards.dataset].task} experiment: "
             f"its variants are summarised in {expected}"
         )
-    folder = f"{variant_dir(wildcards.dataset, wildcards.variant)}/scores"
+    folder = f"{seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)}/scores"
     return {"dev": f"{folder}/dev.last.json", "test": f"{folder}/test.averaged.json"}
 
 
 def weights_file(wildcards):
-    folder = variant_dir(wildcards.dataset, wildcards.variant)
+    folder = seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)
     if wildcards.weights == "last":
         return f"{folder}/train/final.pt"
     return f"{folder}/averaged.pt"
@@ -254,15 +268,15 @@ def snapshot_files():
 
 def snapshot_sources_state(wildcards):
     """Size and modification time of each file that the `tables` target would read now (a
-    variant's summary and scores, or the live metrics log of one still training), so that the
+    training's summary and scores, or the live metrics log of one still training), so that the
     snapshot is retaken when one changes (rerun-triggers params). Not inputs, which Snakemake
     would build when missing or outdated, and the snapshot must never trigger training."""
     state = []
-    for dataset, experiment in EXPERIMENTS.items():
-        for variant in experiment.variants:
-            summary = f"{variant_dir(dataset, variant)}/train/summary.json"
-            live_log = f"{variant_dir(dataset, variant)}/train/metrics.jsonl"
-            read = [summary, scores_summary_file(dataset, variant)]
+    for dataset in EXPERIMENTS:
+        for variant, seed in trainings(dataset):
+            summary = f"{seed_dir(dataset, variant, seed)}/train/summary.json"
+            live_log = f"{seed_dir(dataset, variant, seed)}/train/metrics.jsonl"
+            read = [summary, scores_summary_file(dataset, variant, seed)]
             if not os.path.exists(summary):
                 read.append(live_log)
             for path in read:
@@ -292,12 +306,15 @@ def split_settings(dataset, split):
 
 
 def training_fingerprint(wildcards):
-    """Digest of what the variant's weights depend on: a changed value replans this variant's
-    training and what follows it, and nothing else (rerun-triggers params). A finished variant
+    """Digest of what the weights of this training (a variant with one of its seeds) depend on,
+    its seed included: a changed value replans this training and what follows it, and nothing
+    else (rerun-triggers params); a seed added to the list plans that seed alone. A finished one
     whose settings were edited keeps the digest it was trained with: Snakemake would delete its
     outputs before the trainer refuses the old checkpoints, so it is left as it is, warned of,
     and shown stale in the tables (reproduce.training.staleness)."""
-    folder, summary, settings = _finished_training(wildcards.dataset, wildcards.variant)
+    folder, summary, settings = _finished_training(
+        wildcards.dataset, wildcards.variant, wildcards.seed
+    )
     recorded = summary.get("settings") if summary is not None else None
     if stale_training_message(folder, summary, settings) is not None and isinstance(recorded, dict):
         return fingerprint(recorded)

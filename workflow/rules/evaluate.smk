@@ -16,11 +16,11 @@ rule decode:
         spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
         source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
+        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/{{evaluated_split}}.{{weights}}.txt",
     log:
-        log_file("{dataset}/decode_{variant}_{evaluated_split}_{weights}"),
+        log_file("{dataset}/decode_{variant}_seed{seed}_{evaluated_split}_{weights}"),
     benchmark:
-        benchmark_file("{dataset}/decode_{variant}_{evaluated_split}_{weights}")
+        benchmark_file("{dataset}/decode_{variant}_seed{seed}_{evaluated_split}_{weights}")
     conda:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
@@ -32,24 +32,25 @@ rule decode:
         .decoding.model_dump_json(),
     shell:
         "python -m reproduce decode --experiment {params.experiment:q}"
-        " --variant {wildcards.variant:q} --checkpoint {input.checkpoint:q}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed}"
+        " --checkpoint {input.checkpoint:q}"
         " --spm-model {input.spm_model:q} --source {input.source:q} --out {output:q}"
         " --threads {threads} > {log:q} 2>&1"
 
 
 rule score:
     input:
-        translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/{{evaluated_split}}.{{weights}}.txt",
+        translations=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/{{evaluated_split}}.{{weights}}.txt",
         reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.ref",
         source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
         checkpoint=weights_file,
         encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/scores/{{evaluated_split}}.{{weights}}.json",
+        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/scores/{{evaluated_split}}.{{weights}}.json",
     log:
-        log_file("{dataset}/score_{variant}_{evaluated_split}_{weights}"),
+        log_file("{dataset}/score_{variant}_seed{seed}_{evaluated_split}_{weights}"),
     benchmark:
-        benchmark_file("{dataset}/score_{variant}_{evaluated_split}_{weights}")
+        benchmark_file("{dataset}/score_{variant}_seed{seed}_{evaluated_split}_{weights}")
     conda:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
@@ -58,7 +59,8 @@ rule score:
         results=tracking_root,
     shell:
         "python -m reproduce score --experiment {params.experiment:q}"
-        " --variant {wildcards.variant:q} --split {wildcards.evaluated_split:q}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed}"
+        " --split {wildcards.evaluated_split:q}"
         " --checkpoint-name {wildcards.weights:q} --translations {input.translations:q}"
         " --reference {input.reference:q} --source {input.source:q}"
         " --checkpoint {input.checkpoint:q}"
@@ -72,16 +74,17 @@ rule summarize_variant:
         unpack(variant_scores),
     output:
         report(
-            f"{RESULTS}/{{dataset}}/{{variant}}/{{scores_summary}}.json",
+            f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/{{scores_summary}}.json",
             category="Scores per variant",
             subcategory="{dataset}",
-            labels={"dataset": "{dataset}", "variant": "{variant}"},
+            labels={"dataset": "{dataset}", "variant": "{variant}", "seed": "{seed}"},
         ),
     log:
-        log_file("{dataset}/summarize_{variant}_{scores_summary}"),
+        log_file("{dataset}/summarize_{variant}_seed{seed}_{scores_summary}"),
     conda:
         CONDA_ENV
     shell:
         "python -m reproduce summarize --dataset {wildcards.dataset:q}"
-        " --variant {wildcards.variant:q} --dev {input.dev:q} --test {input.test:q}"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed}"
+        " --dev {input.dev:q} --test {input.test:q}"
         " --out {output:q} > {log:q} 2>&1"

@@ -1,20 +1,20 @@
 """Figures 3-5: attention heads of a variant's averaged model on test sentences, for encoder
 self-attention, decoder self-attention and encoder-decoder attention, with the model's own
 translation as the decoder's input. Not part of `all`: ask for a variant's folder, e.g.
-`snakemake --cores 2 results/tiny/base/figures`. Other sentences or layers: run
+`snakemake --cores 2 results/tiny/base/seed-1/figures`. Other sentences or layers: run
 `python -m reproduce attention --help` directly."""
 
 
 rule attention_figures:
     input:
-        checkpoint=f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
+        checkpoint=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/averaged.pt",
         spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
         source=f"{RESULTS}/{{dataset}}/data/test.src",
-        translations=f"{RESULTS}/{{dataset}}/{{variant}}/translations/test.averaged.txt",
+        translations=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/test.averaged.txt",
     output:
-        directory(f"{RESULTS}/{{dataset}}/{{variant}}/figures"),
+        directory(f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/figures"),
     log:
-        log_file("{dataset}/attention_figures_{variant}"),
+        log_file("{dataset}/attention_figures_{variant}_seed{seed}"),
     conda:
         CONDA_ENV
     params:
@@ -25,4 +25,4 @@ rule attention_figures:
         " --spm-model {input.spm_model:q} --source {input.source:q}"
         " --target {input.translations:q} --sentences {params.sentences:q} --out-dir {output:q}"
         " --results {params.results:q} --dataset {wildcards.dataset:q}"
-        " --variant {wildcards.variant:q} > {log:q} 2>&1"
+        " --variant {wildcards.variant:q} --seed {wildcards.seed} > {log:q} 2>&1"

@@ -1,5 +1,6 @@
-"""Training of one variant (resumable from its checkpoints) and averaging of its last checkpoints
-on the save grid, those that training lists in train/checkpoints.json."""
+"""Training of one variant with one of its seeds (resumable from its checkpoints; each seed of
+training.seed is a training of its own, in <variant>/seed-<n>/) and averaging of its last
+checkpoints on the save grid, those that training lists in train/checkpoints.json."""
 
 
 rule train:
@@ -8,14 +9,14 @@ rule train:
         # Snakemake plans, before it would delete the run's outputs to retrain it
         unpack(training_inputs),
     output:
-        final=f"{RESULTS}/{{dataset}}/{{variant}}/train/final.pt",
-        summary=f"{RESULTS}/{{dataset}}/{{variant}}/train/summary.json",
+        final=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/final.pt",
+        summary=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/summary.json",
         # the kept checkpoints on the save grid (names, steps, sha256): what `average` reads
-        checkpoints=f"{RESULTS}/{{dataset}}/{{variant}}/train/checkpoints.json",
+        checkpoints=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/checkpoints.json",
     log:
-        log_file("{dataset}/train_{variant}"),
+        log_file("{dataset}/train_{variant}_seed{seed}"),
     benchmark:
-        benchmark_file("{dataset}/train_{variant}")
+        benchmark_file("{dataset}/train_{variant}_seed{seed}")
     # With the slurm launcher this rule runs where snakemake runs: it submits the training job
     # through submitit (one task per GPU, requeued at its time limit) and waits for it. Its
     # request is this rule's resources: set-resources: train in the profile (slurm/config.yaml).
@@ -25,7 +26,7 @@ rule train:
     threads: config["training"].get("threads", 1)
     params:
         experiment=experiment_file,
-        out_dir=f"{RESULTS}/{{dataset}}/{{variant}}",
+        out_dir=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}",
         results=tracking_root,
         launcher=config["training"]["launcher"],
         tasks=config["training"].get("tasks", 1),
@@ -41,11 +42,11 @@ rule average:
     input:
         # Lists the checkpoints it averages (the folder itself is training's working state,
         # which Snakemake cannot see into); their sha256 is checked against it.
-        manifest=f"{RESULTS}/{{dataset}}/{{variant}}/train/checkpoints.json",
+        manifest=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/checkpoints.json",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/averaged.pt",
+        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/averaged.pt",
     log:
-        log_file("{dataset}/average_{variant}"),
+        log_file("{dataset}/average_{variant}_seed{seed}"),
     conda:
         CONDA_ENV
     params:

@@ -25,6 +25,7 @@ def train_command() -> list[str]:
     command = [
         sys.executable, "-m", "reproduce", "train",
         "--experiment", job.params.experiment, "--variant", job.wildcards.variant,
+        "--seed", job.wildcards.seed,
         "--train-data", job.input.train, "--dev-data", job.input.dev,
         "--out-dir", job.params.out_dir, "--results", job.params.results,
         "--launcher", job.params.launcher, "--tasks", str(job.params.tasks),
