@@ -111,7 +111,7 @@ def _workflow(folder: Path, launcher: str, tasks: int) -> Path:
                                "warmup_steps": 10, "log_every_steps": 2, "eval_every_steps": 4,
                                "checkpoints": {"every_steps": 3, "every_minutes": 0,
                                                "keep_last": 5},
-                               "average_last": 2}
+                               "average_last": 2, "seed": 1}
     experiment["variants"] = {"base": experiment["variants"]["base"]}
     experiment["tables"]["table2"] = {"base": "base"}
     (workdir / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
@@ -128,7 +128,7 @@ def _workflow(folder: Path, launcher: str, tasks: int) -> Path:
 def _train_with_snakemake(workdir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml", "--allowed-rules", "train",
-         "--rerun-incomplete", "results/tiny/base/train/final.pt"],
+         "--rerun-incomplete", "results/tiny/base/seed-1/train/final.pt"],
         cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
 
@@ -141,7 +141,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
     checkpoint at the step it was in, its lock freed and its MLflow run KILLED; a rerun ends with
     the model of an uninterrupted run."""
     workdir = _workflow(tmp_path / "workflow", launcher, tasks)
-    folder = workdir / "results/tiny/base"
+    folder = workdir / "results/tiny/base/seed-1"
     snakemake = _train_with_snakemake(workdir)
     below: list[int] = []
     try:
@@ -159,7 +159,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         snakemake.wait()
-    logs = ([workdir / "results/logs/tiny/train_base.log"] if launcher == "inline"
+    logs = ([workdir / "results/logs/tiny/train_base_seed1.log"] if launcher == "inline"
             else (folder / "submitit").glob("*_0_log.err"))
     rank0_log = "".join(path.read_text() for path in logs)
     stopped = re.search(rf"training stopped at step (\d+) \(process {snakemake.pid}, which "
