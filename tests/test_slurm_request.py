@@ -92,7 +92,7 @@ def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
     workdir = copy_workflow(tmp_path / "project")
     shutil.copytree(ROOT / "slurm", workdir / "slurm")
     result = subprocess.run(
-        [SNAKEMAKE, "--profile", "slurm", "-n", "results/wmt14_en_de/big/train/final.pt"],
+        [SNAKEMAKE, "--profile", "slurm", "-n", "results/wmt14_en_de/big/seed-1/train/final.pt"],
         cwd=workdir, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     train_job = result.stdout[result.stdout.index("rule train:"):].split("\n\n")[0]

@@ -452,7 +452,7 @@ def test_a_run_ending_soon_after_an_outage_still_replays_its_metrics_and_ends(tm
     chance: a training ending within it still gets its missed metrics replayed and its status."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     metrics = tmp_path / "metrics.jsonl"
-    run = start_variant_run(tmp_path, "tiny", "base", None, tmp_path, metrics)
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path, metrics)
 
     def lost() -> None:
         raise ConnectionError("the store went away")
