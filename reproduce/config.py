@@ -223,7 +223,7 @@ class TrainingConfig(Strict):
     micro_batches_per_step: int = Field(default=8, gt=0)
     # Largest padded size (tokens per side) of one forward/backward on one device: a rank fuses
     # its micro-batches of a step into as few passes of up to this size as hold them (memory
-    # grows with it: README, "Sizing a pass").
+    # grows with it: docs/configuration.md, "Sizing a pass").
     max_tokens_per_device: int = Field(default=4096, gt=0)
     # Tensor widths are padded to a multiple of this, bounding the shapes GPU kernels meet.
     pad_to_multiple: int = Field(default=8, gt=0)
