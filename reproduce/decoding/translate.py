@@ -82,7 +82,7 @@ def _unusable(checkpoint: Path, error: Exception) -> CheckpointError:
 def _check_vocabulary(checkpoint: Path, vocab_size: int, recorded: str | None,
                       vocabulary: Vocabulary) -> None:
     """Same number of pieces is not the same pieces: a checkpoint also names the sentencepiece
-    model it was trained with by its sha256 (checkpoints written before it did are not checked)."""
+    model it was trained with by its sha256, compared where both sides record one."""
     if vocabulary.size != vocab_size:
         raise DataError(
             f"{vocabulary.source}: {vocabulary.size} pieces, but {checkpoint} was trained with a "
