@@ -5,28 +5,29 @@ Every error class of the package that describes such a case derives from :class:
 anything else that escapes a command is a bug and keeps its traceback. ``tests/test_errors.py``
 reads every ``raise`` of the package and holds it to this.
 
-The hierarchy: a few kinds, by what the user has to fix; modules define narrower classes under
-them where a caller (or a test) tells cases apart::
+The hierarchy: a few kinds, by what the user has to fix; a module defines a narrower class under
+one only where something tells it apart: a caller's ``except``, a test that checks what the kind
+cannot, or a distinct exit status. Otherwise it raises the kind, and the message says the rest::
 
     ReproduceError
     ├── ConfigError          an experiment file, a Slurm request or a setting (ValueError)
-    │   └── TrackingUnavailable (reproduce.tracking.store)
+    │   └── TrackingUnavailable (reproduce.tracking.store), StaleTrainingError
     ├── UsageError           command-line options that do not fit together or the files (ValueError)
     ├── DataError            an input file's content: corpus, text, JSON, trees, scores (ValueError)
-    │   └── CorpusError, SgmError, TreeError, BracketScoreError, DamagedRecordsError, ...
+    │   └── TreeError, BracketScoreError, UndecodableTextError, NotJsonError, DamagedRecordsError
     ├── MissingInputError    an input an earlier stage should have written (FileNotFoundError)
-    │   └── MissingMemberError (reproduce.data.archives)
     ├── CheckpointError      a checkpoint unreadable, refused, or not fitting the run (ValueError)
-    │   └── SettingsMismatchError, NotATransformerError
+    │   └── SettingsMismatchError
     ├── UnwritableOutputError  an output that cannot be written: a full disk, a read-only folder
-    ├── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError, PeerLostError
+    └── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError, PeerLostError,
+        TrainingJobRefused
 
-The kinds that also derive from ``ValueError`` (or ``FileNotFoundError``) do so because callers
-catch them as such: pydantic turns a ``ValueError`` raised in a validator into its validation
-error (the config schema raises :class:`ConfigError` there), and callers written before this
-hierarchy, and their tests, catch ``ValueError``/``FileNotFoundError``. The command line does
-not: it catches :class:`ReproduceError` alone, so that a ``ValueError`` from a bug keeps its
-traceback.
+The kinds that also derive from ``ValueError`` (or ``FileNotFoundError``) do so because that is
+what they are, and code that handles bad input by the built-in class sees them as such: pydantic
+turns a ``ValueError`` raised in a validator into its validation error (the config schema raises
+:class:`ConfigError` there), and tests hold bad input to ``pytest.raises(ValueError)`` or
+``FileNotFoundError``. The command line does not: it catches :class:`ReproduceError` alone, so
+that a ``ValueError`` from a bug keeps its traceback.
 """
 
 

@@ -7,8 +7,9 @@ import logging
 import pytest
 
 from reproduce.config import Source
-from reproduce.data.archives import MissingMemberError, extract_member
+from reproduce.data.archives import extract_member
 from reproduce.data.download import DownloadError, download_source, file_name
+from reproduce.errors import MissingInputError
 from tests.corpus_archives import wmt_like_members, write_tgz
 from tests.local_http_server import serving
 
@@ -96,7 +97,7 @@ def test_file_urls_go_through_the_same_verification(archive, tmp_path):
 
 def test_a_missing_member_is_named(archive, tmp_path):
     path, _ = archive
-    with pytest.raises(MissingMemberError, match=r"no member 'training/commoncrawl\.de-en\.en'"):
+    with pytest.raises(MissingInputError, match=r"no member 'training/commoncrawl\.de-en\.en'"):
         extract_member(path, "training/commoncrawl.de-en.en", tmp_path / "out")
 
 

@@ -6,9 +6,10 @@ import pytest
 
 from reproduce.config import Cleaning, ConfigError, Source, load_experiment
 from reproduce.data.download import file_name
-from reproduce.data.prepare import CorpusMismatchError, TooFewPairsError, prepare_split
+from reproduce.data.prepare import prepare_split
 from reproduce.data.sgm import parse_sgm_text
 from reproduce.data.text import UndecodableTextError
+from reproduce.errors import DataError
 from reproduce.parsing.trees import TreeError
 from tests.corpus_archives import wmt_like_members, write_tgz, write_tgz_bytes
 
@@ -82,7 +83,7 @@ def test_sides_of_different_length_are_an_error_naming_the_source(tmp_path):
     _downloaded(tmp_path / "dl", {
         "training/europarl-v7.de-en.en": "a\nb\nc\n", "training/europarl-v7.de-en.de": "x\ny\n",
     })
-    with pytest.raises(CorpusMismatchError, match=r"'europarl'.*has 3 sentences.*has 2"):
+    with pytest.raises(DataError, match=r"'europarl'.*has 3 sentences.*has 2"):
         prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
     assert not (tmp_path / "out/train.src").exists()  # nothing half-written left as finished
 
@@ -118,7 +119,7 @@ variants: {base: {}}
 def test_an_empty_split_fails_naming_the_split_and_its_sources(tmp_path):
     _downloaded(tmp_path / "dl",
                 {"training/europarl-v7.de-en.en": "", "training/europarl-v7.de-en.de": ""})
-    with pytest.raises(TooFewPairsError,
+    with pytest.raises(DataError,
                        match=r"split train: 0 sentence pairs kept of 0 read from sources europarl"):
         prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
     assert not list((tmp_path / "out").iterdir())  # no outputs, no .tmp, no report
@@ -126,7 +127,7 @@ def test_an_empty_split_fails_naming_the_split_and_its_sources(tmp_path):
 
 def test_a_split_below_the_minimum_fails_after_cleaning(downloads, tmp_path):
     # wmt_like_members keeps 2 of 5 training pairs (see the exact counts above).
-    with pytest.raises(TooFewPairsError,
+    with pytest.raises(DataError,
                        match=r"2 sentence pairs kept of 5 read.*data\.min_pairs = 3"):
         prepare_split([_source()], "train", downloads, tmp_path / "out",
                       Cleaning(max_length_ratio=1.5), min_pairs=3)

@@ -23,15 +23,6 @@ from reproduce.output_files import is_failed_write, written_whole
 _DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)
 
 
-class MissingMemberError(MissingInputError):
-    """An archive does not hold a member the experiment file declares."""
-
-
-class DamagedArchiveError(DataError):
-    """An archive or compressed member ends early or is corrupt (a download cut short where no
-    sha256 was declared to catch it, a full disk)."""
-
-
 def extract_member(archive: Path, member: str | None, destination: Path) -> Path:
     """Copy ``member`` of ``archive`` (or the whole file when ``member`` is None) to
     ``destination``; a damaged archive leaves no partial ``destination`` behind."""
@@ -44,10 +35,10 @@ def extract_member(archive: Path, member: str | None, destination: Path) -> Path
     return destination
 
 
-def _damaged(archive: Path, doing: str, error: BaseException) -> DamagedArchiveError:
+def _damaged(archive: Path, doing: str, error: BaseException) -> DataError:
     reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return DamagedArchiveError(f"{archive}: damaged or cut short ({reason}) while {doing}; "
-                               "delete it so that it is downloaded again")
+    return DataError(f"{archive}: damaged or cut short ({reason}) while {doing}; "
+                     "delete it so that it is downloaded again")
 
 
 def _copy_member(archive: Path, member: str | None, destination: Path) -> None:
@@ -85,7 +76,7 @@ def matching_members(archive: Path, pattern: str) -> list[str]:
         raise _damaged(archive, f"listing its members for {pattern!r}", error) from None
     matches = sorted(name for name in names if _matches(name, pattern))
     if not matches:
-        raise MissingMemberError(
+        raise MissingInputError(
             f"{archive}: no member matches {pattern!r}; it holds {len(names)} files, e.g. "
             f"{', '.join(names[:8])}"
         )
@@ -107,7 +98,7 @@ def _file_names(archive: Path, pattern: str) -> list[str]:
     if tarfile.is_tarfile(archive):
         with tarfile.open(archive, "r:*") as bundle:
             return [info.name for info in bundle.getmembers() if info.isfile()]
-    raise MissingMemberError(
+    raise MissingInputError(
         f"{archive}: not a tar or zip archive, so no member matches {pattern!r}"
         " (leave source_member empty for a plain file)"
     )
@@ -130,17 +121,17 @@ def _open_member(archive: Path, member: str | None) -> BinaryIO:
             raise _missing(archive, member, bundle.getnames()) from None
         extracted = bundle.extractfile(info)
         if extracted is None:
-            raise MissingMemberError(f"{archive}: member {member!r} is not a regular file")
+            raise MissingInputError(f"{archive}: member {member!r} is not a regular file")
         return extracted
-    raise MissingMemberError(
+    raise MissingInputError(
         f"{archive}: not a tar or zip archive, so it has no member {member!r}"
         " (leave source_member/target_member empty for a plain file)"
     )
 
 
-def _missing(archive: Path, member: str, names: list[str]) -> MissingMemberError:
+def _missing(archive: Path, member: str, names: list[str]) -> MissingInputError:
     files = [name for name in names if not name.endswith("/")]
-    return MissingMemberError(
+    return MissingInputError(
         f"{archive}: no member {member!r}; it holds {len(files)} files, e.g. {', '.join(files[:8])}"
     )
 

@@ -23,22 +23,14 @@ log = logging.getLogger(__name__)
 ENCODE_CHUNK_LINES = 200_000
 
 
-class BpeTrainingError(ConfigError):
-    """Sentencepiece cannot learn a vocabulary with the ``bpe`` settings on the train split."""
-
-
-class SentencepieceModelError(DataError):
-    """A sentencepiece model file is missing or unreadable."""
-
-
 def load_sentencepiece(spm_model: Path) -> sentencepiece.SentencePieceProcessor:
     """The processor of ``spm_model``, or one clear error naming the file."""
     if not spm_model.is_file():
-        raise SentencepieceModelError(f"{spm_model}: no such sentencepiece model file")
+        raise DataError(f"{spm_model}: no such sentencepiece model file")
     try:
         return sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
     except (OSError, RuntimeError) as error:
-        raise SentencepieceModelError(
+        raise DataError(
             f"{spm_model}: not a sentencepiece model ({str(error).splitlines()[0]})"
         ) from None
 
@@ -62,7 +54,7 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
     try:
         _train(train_src, train_tgt, config, temporary)
     except RuntimeError as error:  # sentencepiece's one error type: settings it cannot meet
-        raise BpeTrainingError(
+        raise ConfigError(
             f"{train_src}, {train_tgt}: sentencepiece cannot train with bpe.vocab_size="
             f"{config.vocab_size} and bpe.character_coverage={config.character_coverage}: "
             f"{_sentencepiece_reason(error)}"

@@ -81,30 +81,24 @@ class EncodedCorpusWriter:
         self.temporary.replace(self.out_dir)
 
 
-class DamagedEncodingError(DataError):
-    """An encoded split's files are not what ``encode`` writes or do not fit together: one was
-    cut short, damaged or comes from another encoding."""
-
-
 def _read_offsets(path: Path, sentences: int | None) -> np.ndarray:
     again = "encode the split again"
     try:
         offsets = np.load(path, allow_pickle=False)
     except (ValueError, EOFError) as error:
-        raise DamagedEncodingError(f"{path}: not a complete offsets array ({error}); {again}"
-                                   ) from None
+        raise DataError(f"{path}: not a complete offsets array ({error}); {again}") from None
     if (offsets.ndim != 1 or len(offsets) == 0 or offsets[0] != 0
             or np.any(np.diff(offsets) < 0)
             or (sentences is not None and len(offsets) != sentences + 1)):
-        raise DamagedEncodingError(f"{path}: not the {sentences} + 1 rising offsets that "
-                                   f"meta.json's sentences count asks for; {again}")
+        raise DataError(f"{path}: not the {sentences} + 1 rising offsets that "
+                        f"meta.json's sentences count asks for; {again}")
     return offsets
 
 
 def _check_tokens(path: Path, size: int, dtype: np.dtype) -> None:
     expected = size * dtype.itemsize
     if path.stat().st_size != expected:
-        raise DamagedEncodingError(
+        raise DataError(
             f"{path}: {path.stat().st_size} bytes, but its offsets end at {size} tokens of "
             f"{dtype.name}, {expected} bytes: cut short, or from another encoding; encode the "
             "split again")
@@ -116,7 +110,7 @@ def _read_meta(path: Path) -> dict:
     meta = read_json(path)
     if (not isinstance(meta, dict) or meta.get("dtype") not in ("uint16", "int32")
             or not isinstance(meta.get("vocab_size"), int)):
-        raise DamagedEncodingError(
+        raise DataError(
             f"{path}: not the record of an encoded split (expected a JSON object with an integer "
             "vocab_size and dtype uint16 or int32, as `reproduce encode` writes); encode the "
             "split again")

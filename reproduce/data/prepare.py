@@ -42,18 +42,6 @@ from reproduce.stage_progress import StageProgress
 log = logging.getLogger(__name__)
 
 
-class CorpusError(DataError):
-    """A corpus does not hold what the experiment file declares."""
-
-
-class CorpusMismatchError(CorpusError):
-    """A source's two sides do not hold the same number of sentences."""
-
-
-class TooFewPairsError(CorpusError):
-    """A split holds fewer sentence pairs than ``data.min_pairs`` (0 after a wrong member...)."""
-
-
 def prepare_split(
     sources: list[Source],
     split: str,
@@ -112,7 +100,7 @@ def _check_enough_pairs(report: dict, min_pairs: int) -> None:
     if report["kept"] >= min_pairs:
         return
     read = sum(entry.get("read", 0) for entry in report["sources"].values())
-    raise TooFewPairsError(
+    raise DataError(
         f"split {report['split']}: {report['kept']} sentence pairs kept of {read} read from "
         f"sources {', '.join(report['sources'])}; expected at least data.min_pairs = {min_pairs} "
         f"(check the sources' members and the cleaning limits)"
@@ -167,15 +155,15 @@ def _read_tsv(path: Path, source: Source, label: str) -> Iterator[tuple[str, str
     for number, line in enumerate(iter_lines(path, label), start=1):
         columns = line.split("\t")
         if len(columns) < 2:
-            raise CorpusError(
+            raise DataError(
                 f"{label} line {number} (source {source.name!r}): expected a tab between "
                 f"source and target, got {line[:80]!r}"
             )
         yield columns[0], columns[1]
 
 
-def _mismatch(source: Source, source_count: int, target_count: int) -> CorpusMismatchError:
-    return CorpusMismatchError(
+def _mismatch(source: Source, source_count: int, target_count: int) -> DataError:
+    return DataError(
         f"source {source.name!r}: {source.source_member} has {source_count} sentences but "
         f"{source.target_member} has {target_count}"
     )

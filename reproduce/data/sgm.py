@@ -20,13 +20,9 @@ def parse_sgm_text(text: str) -> list[str]:
     return [" ".join(html.unescape(match).split()) for match in _SEGMENT.findall(text)]
 
 
-class SgmError(DataError):
-    """A file declared as SGM holds no ``<seg>`` elements."""
-
-
 def read_sgm(path: Path, label: str | None = None) -> list[str]:
     """The segments of ``path``; ``label`` names the file in errors (e.g. an archive member)."""
     segments = parse_sgm_text(read_text(path, label))
     if not segments:
-        raise SgmError(f"{label or path}: no <seg> elements found; is it an SGM file?")
+        raise DataError(f"{label or path}: no <seg> elements found; is it an SGM file?")
     return segments

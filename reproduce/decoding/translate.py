@@ -33,18 +33,6 @@ from reproduce.training.checkpoints import load_checkpoint
 log = logging.getLogger(__name__)
 
 
-class VocabularyMismatchError(DataError):
-    """A sentencepiece model and a checkpoint were built with different vocabularies."""
-
-
-class SourceTooLongError(DataError):
-    """A source line has more pieces than the model has learned positions for."""
-
-
-class LineCountError(DataError):
-    """A translation file would not have one line per source line."""
-
-
 @dataclass(frozen=True)
 class Vocabulary:
     """The pieces a model is about to meet: where they come from (named in errors), how many,
@@ -94,14 +82,14 @@ def _unusable(checkpoint: Path, error: Exception) -> CheckpointError:
 def _check_vocabulary(checkpoint: Path, vocab_size: int, recorded: str | None,
                       vocabulary: Vocabulary) -> None:
     """Same number of pieces is not the same pieces: a checkpoint also names the sentencepiece
-    model it was trained with by its sha256 (checkpoints written before it did are not checked)."""
+    model it was trained with by its sha256, compared where both sides record one."""
     if vocabulary.size != vocab_size:
-        raise VocabularyMismatchError(
+        raise DataError(
             f"{vocabulary.source}: {vocabulary.size} pieces, but {checkpoint} was trained with a "
             f"vocabulary of {vocab_size}; use the files of its dataset"
         )
     if None not in (recorded, vocabulary.spm_sha256) and recorded != vocabulary.spm_sha256:
-        raise VocabularyMismatchError(
+        raise DataError(
             f"{vocabulary.source}: made with another sentencepiece model (sha256 "
             f"{vocabulary.spm_sha256[:12]}...) than {checkpoint} was trained with "
             f"({recorded[:12]}...); use the files of its dataset"
@@ -168,7 +156,7 @@ def _check_positions(encoded: list[list[int]], limit: int | None, source_name: s
         return
     for number, ids in enumerate(encoded, start=1):
         if len(ids) > limit:
-            raise SourceTooLongError(
+            raise DataError(
                 f"{source_name} line {number}: {len(ids)} pieces (end of sentence included), more "
                 f"than the model's learned positions (model.max_positions={limit}); shorten or "
                 f"drop the line, or train with a larger max_positions"
@@ -177,9 +165,9 @@ def _check_positions(encoded: list[list[int]], limit: int | None, source_name: s
 
 def _check_one_line_each(translations: list[str], expected: int, source: Path) -> None:
     if len(translations) != expected:
-        raise LineCountError(f"{source}: {expected} lines in, {len(translations)} translations out")
+        raise DataError(f"{source}: {expected} lines in, {len(translations)} translations out")
     for number, line in enumerate(translations, start=1):
         if "\n" in line:
-            raise LineCountError(
+            raise DataError(
                 f"{source} line {number}: its translation holds a line break ({line[:80]!r})"
             )

@@ -30,10 +30,6 @@ from reproduce.model.inspection import KINDS, attention_maps  # noqa: E402
 from reproduce.special_tokens import BOS, EOS  # noqa: E402
 from reproduce.tables.plots import save_figure  # noqa: E402
 
-class NotATransformerError(CheckpointError):
-    """The checkpoint holds a model without the Transformer's attention heads."""
-
-
 TITLES = {"encoder_self": "encoder self-attention", "decoder_self": "decoder self-attention",
           "cross": "encoder-decoder attention"}
 
@@ -82,7 +78,7 @@ def plot_attention(checkpoint: Path, spm_model: Path, source_file: Path, target_
     sources, targets = chosen_lines(source_file, sentences), chosen_lines(target_file, sentences)
     model = load_model(checkpoint)
     if model.config.architecture != "transformer":
-        raise NotATransformerError(
+        raise CheckpointError(
             f"{checkpoint}: a model.architecture {model.config.architecture} model has no "
             f"attention heads to plot; Figures 3-5 need a Transformer checkpoint")
     available = len(model.encoder)

@@ -10,7 +10,7 @@ self-attention, K and V together for encoder-decoder attention. The attention it
 ``torch.nn.functional.scaled_dot_product_attention`` with its kernels chosen explicitly: flash,
 memory-efficient, then the plain math path. cuDNN's attention is left out: it builds an execution
 plan for every new (batch, length) shape, and on an H100 batches of unseen shapes ran 6x slower
-with it (17k vs 104k target tokens/s for base, issue 10).
+with it (17k vs 104k target tokens/s for base).
 
 Inputs come in one of two forms: ``[N, d_model]``, the tokens of a :class:`TokenLayout` (training,
 perplexity and encoding: projections then skip padding, and only the attention product sees the

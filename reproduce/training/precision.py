@@ -15,8 +15,8 @@
 * ``auto``: bf16 where the GPU has bf16 units (compute capability 8.0 on: A100, H100), fp16
   elsewhere. bf16 that torch would only emulate (a V100) does not count.
 
-A CPU computes in fp32 whatever is asked, as the trainer always did for bf16: most CPUs have
-no half-precision matrix units, so bf16 or fp16 would not be faster there, only less precise.
+A CPU computes in fp32 whatever is asked: most CPUs have no half-precision matrix units, so
+bf16 or fp16 would not be faster there, only less precise.
 The precision used is what checkpoints, ``summary.json`` and the log record.
 
 A skipped update is not a step. ``step`` counts the updates applied, so eq. 3's learning rate

@@ -28,19 +28,11 @@ CGROUP_MEMORY = Path("/sys/fs/cgroup")
 PROC_MEMINFO = Path("/proc/meminfo")
 
 
-class EmptySplitError(DataError):
-    """An encoded split holds no sentence pair."""
-
-
-class ModelTooLargeError(ConfigError):
-    """The model's fixed training state does not fit in the memory the run may use."""
-
-
 def check_not_empty(directory: Path, split: str) -> EncodedCorpus:
     """The encoded corpus in ``directory``, refused when it holds no pair."""
     corpus = EncodedCorpus.open(directory)
     if len(corpus) == 0:
-        raise EmptySplitError(
+        raise DataError(
             f"{directory}: the encoded {split} split holds no sentence pair; check the prepared "
             f"{split} files it was encoded from (cleaning may have removed every line)"
         )
@@ -99,7 +91,7 @@ def check_fits(config: ModelConfig, vocab_size: int, device: torch.device, varia
         return
     if needed > available:
         gib = 2**30
-        raise ModelTooLargeError(
+        raise ConfigError(
             f"variant {variant}: model (d_model={config.d_model}, d_ff={config.d_ff}, "
             f"layers={config.layers}, vocabulary {vocab_size}) needs {needed / gib:.1f} GiB for "
             f"its weights, gradients and Adam's moments alone, but {device} has "
