@@ -18,12 +18,20 @@ untimed, so that CUDA's start-up is not counted. Prints sentences/s and generate
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
     .venv/bin/python benchmarks/beam_speed.py --size cpu --sentences 16 --vocab 500
+
+``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
+``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding
+settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``), ``sentences``,
+``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
+``generated_tokens_per_second``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +39,7 @@ import torch
 from reproduce.config import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
+from reproduce.output_files import write_text_whole
 from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
@@ -62,6 +71,7 @@ def main() -> None:
     parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
     parser.add_argument("--sentences", type=int, default=NEWSTEST2014_SENTENCES)
     parser.add_argument("--vocab", type=int, default=37_000)
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
@@ -84,17 +94,28 @@ def main() -> None:
     source_tokens = sum(len(line.split()) + 1 for line in sources)
     name = "CPU" if device.type == "cpu" else (
         torch.cuda.get_device_name(device).replace("NVIDIA ", "").split()[0])
-    print(f"device: {name if device.type == 'cpu' else torch.cuda.get_device_name(device)}, "
-          f"threads: {torch.get_num_threads()}, torch {torch.__version__}, size: {args.size} "
-          f"(N={config.layers}, d_model={config.d_model}), vocab {args.vocab}, fp32, random "
-          f"weights")
+    figures = {
+        "benchmark": "beam_speed",
+        "device": name if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "name": name, "size": args.size, "layers": config.layers, "d_model": config.d_model,
+        "vocab": args.vocab, "beam": decoding.beam_size, "alpha": decoding.length_penalty,
+        "max_length_offset": decoding.max_length_offset,
+        "sentences_per_batch": decoding.max_sentences_per_batch, "sentences": len(sources),
+        "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
+        "sentences_per_second": len(sources) / seconds,
+        "generated_tokens_per_second": generated / seconds}
+    print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
+          f"{torch.__version__}, size: {args.size} (N={config.layers}, d_model={config.d_model}), "
+          f"vocab {args.vocab}, fp32, random weights")
     print(f"decoding: beam {decoding.beam_size}, alpha {decoding.length_penalty}, max length "
           f"source + {decoding.max_length_offset}, {decoding.max_sentences_per_batch} sentences "
           f"per batch; {len(sources)} sentences, {source_tokens:,} source tokens (EOS included), "
           f"{generated:,} generated tokens in {seconds:.1f} s")
     print(f"{name} {args.size} (beam {decoding.beam_size}, alpha {decoding.length_penalty}, "
-          f"{len(sources)} sentences): {len(sources) / seconds:,.1f} sentences/s, "
-          f"{generated / seconds:,.0f} generated tok/s")
+          f"{len(sources)} sentences): {figures['sentences_per_second']:,.1f} sentences/s, "
+          f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
+    if args.json:
+        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

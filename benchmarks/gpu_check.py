@@ -9,11 +9,13 @@ whatever happens; a step that fails or runs out of time never stops the later on
 3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6;
 4. ``benchmarks/loss_memory.py --bf16``: peak GPU memory, chunked against unfused loss.
 
+Each benchmark writes its figures as JSON (its ``--json`` option) to ``OUTDIR/logs/<step>.json``;
+pytest's counts come from its JUnit XML. No printed line is read back: the logs are for people.
 Then ``OUTDIR/gpu-report.md`` (and the same figures in ``gpu-report.json``): the machine, every
-step's status and seconds, every figure parsed from the step logs, and the headline lines that
-BENCHMARKS.md takes. A step that did not finish shows its status and the tail of its log, never a
-number. Steps run in the order above except that the compiled trainer runs come last: they are
-the slowest to start, so a budget cut loses them first.
+step's status and seconds, every figure of those files, and the headline lines that BENCHMARKS.md
+takes. A step that did not finish, or left no readable figures, shows its status and the tail of
+its log, never a number. Steps run in the order above except that the compiled trainer runs come
+last: they are the slowest to start, so a budget cut loses them first.
 
 Without CUDA the same command is a **smoke mode**: the reduced model (``--size cpu``), tiny
 inputs, no compilation, a minute or two on a CPU, so that the command is tested in CI.
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -58,7 +59,7 @@ print(json.dumps({
 class Step:
     name: str  # the log's file name, and the key of its figures
     title: str
-    kind: str  # which parser reads its log: pytest, trainer, beam or loss_memory
+    kind: str  # what its figures are: pytest, trainer, beam or loss_memory
     arguments: list[str]  # after the python executable
     cap_seconds: float
     compiled: bool = False
@@ -82,41 +83,61 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
     pytest = Step("pytest-gpu", "pytest -m gpu", "pytest",
                   ["-m", "pytest", "-m", "gpu", "-ra", "-v", "--durations=20", "-p",
                    "no:cacheprovider", "tests/test_gpu.py",
-                   f"--junitxml={logs / 'pytest-gpu.xml'}"],
+                   f"--junitxml={junit_file(logs, 'pytest-gpu')}"],
                   cap_seconds=240)
     if not cuda:
         trainer = ["--pairs", "2000", "--vocab", "500", "--tokens-per-step", "2000", "--steps",
                    "4", "--log-every", "2"]
         return [pytest,
-                _trainer("cpu", trainer, 120),
-                _beam("cpu", ["--sentences", "12", "--vocab", "500"], 90),
-                Step("loss-memory", "loss memory, fused vs unfused", "loss_memory",
-                     [str(BENCHMARKS / "loss_memory.py"), "--tokens", "64", "--vocab", "500",
-                      "--d-model", "16", "--repeats", "1"], cap_seconds=60)]
+                _trainer(logs, "cpu", trainer, 120),
+                _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500"], 90),
+                _loss_memory(logs, "loss memory, fused vs unfused",
+                             ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
+                              "1"])]
     # 100,000 pairs hold ~110 steps of 25k tokens: no step count below re-reads the corpus.
     base = ["--pairs", "100000", "--steps", "40", "--log-every", "10", "--precision", "bf16"]
     big = ["--pairs", "100000", "--steps", "24", "--log-every", "6", "--precision", "bf16"]
     return [pytest,
-            _trainer("base", base, 90),
-            _trainer("big", big, 120),
-            _beam("base", [], 90),
-            _beam("big", [], 120),
-            Step("loss-memory", "loss memory, fused vs unfused (bf16)", "loss_memory",
-                 [str(BENCHMARKS / "loss_memory.py"), "--bf16"], cap_seconds=60),
-            _trainer("base", base, 180, compiled=True),
-            _trainer("big", big, 180, compiled=True)]
+            _trainer(logs, "base", base, 90),
+            _trainer(logs, "big", big, 120),
+            _beam(logs, "base", [], 90),
+            _beam(logs, "big", [], 120),
+            _loss_memory(logs, "loss memory, fused vs unfused (bf16)", ["--bf16"]),
+            _trainer(logs, "base", base, 180, compiled=True),
+            _trainer(logs, "big", big, 180, compiled=True)]
 
 
-def _trainer(size: str, options: list[str], cap: float, compiled: bool = False) -> Step:
+def figures_file(logs: Path, name: str) -> Path:
+    """Where the step ``name`` writes its figures (a benchmark's ``--json``)."""
+    return logs / f"{name}.json"
+
+
+def junit_file(logs: Path, name: str) -> Path:
+    """Where the pytest step ``name`` writes its JUnit XML."""
+    return logs / f"{name}.xml"
+
+
+def _trainer(logs: Path, size: str, options: list[str], cap: float,
+             compiled: bool = False) -> Step:
     how = "compiled" if compiled else "eager"
-    return Step(f"trainer-{size}-{how}", f"trainer, {size}, {how}", "trainer",
+    name = f"trainer-{size}-{how}"
+    return Step(name, f"trainer, {size}, {how}", "trainer",
                 [str(BENCHMARKS / "trainer_speed.py"), "--size", size, *options,
-                 *(["--compile"] if compiled else [])], cap, compiled)
+                 *(["--compile"] if compiled else []), "--json",
+                 str(figures_file(logs, name))], cap, compiled)
 
 
-def _beam(size: str, options: list[str], cap: float) -> Step:
-    return Step(f"beam-{size}", f"beam search, {size}", "beam",
-                [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options], cap)
+def _beam(logs: Path, size: str, options: list[str], cap: float) -> Step:
+    name = f"beam-{size}"
+    return Step(name, f"beam search, {size}", "beam",
+                [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options, "--json",
+                 str(figures_file(logs, name))], cap)
+
+
+def _loss_memory(logs: Path, title: str, options: list[str]) -> Step:
+    return Step("loss-memory", title, "loss_memory",
+                [str(BENCHMARKS / "loss_memory.py"), *options, "--json",
+                 str(figures_file(logs, "loss-memory"))], cap_seconds=60)
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -127,6 +148,8 @@ def run_step(step: Step, python: str, logs: Path, seconds_left: float) -> Outcom
     if limit < SHORTEST_USEFUL_STEP:
         return Outcome(step, f"not run: {seconds_left:.0f} s of the budget left")
     log = logs / f"{step.name}.log"
+    for earlier in (figures_file(logs, step.name), junit_file(logs, step.name)):
+        earlier.unlink(missing_ok=True)  # an earlier run's figures are not this one's
     started = time.monotonic()
     with log.open("w") as stream:
         stream.write(f"$ {python} {' '.join(step.arguments)}\n")
@@ -145,16 +168,21 @@ def run_step(step: Step, python: str, logs: Path, seconds_left: float) -> Outcom
 
 
 def read_figures(outcome: Outcome, logs: Path) -> Outcome:
-    """The figures of a step that finished, parsed from its log; a log without them makes the
-    step failed. pytest's counts are read whether or not tests failed (they are the result);
-    a benchmark that did not finish gets its log's tail instead, never a number."""
+    """The figures of a step that finished: a benchmark's JSON file (``--json``), pytest's JUnit
+    XML. A step without them, or with figures that cannot be reported, counts as failed. pytest's
+    counts are read whether or not tests failed (they are the result); a step that did not
+    finish gets its log's tail instead, never a number."""
     text = (logs / f"{outcome.step.name}.log").read_text(errors="replace")
     tail = "\n".join(text.splitlines()[-TAIL_LINES:])
     if outcome.ok or (outcome.step.kind == "pytest" and outcome.status == "failed (exit 1)"):
         try:
-            outcome.figures = PARSERS[outcome.step.kind](text, logs)
-        except (UnparsedOutput, OSError, ElementTree.ParseError) as error:
-            outcome.status, outcome.figures = f"failed (output not parsed: {error})", {}
+            outcome.figures = READERS[outcome.step.kind](outcome.step, logs)
+            _figure_lines(outcome)  # every figure the report shows is there and a number
+            headlines([outcome], "")
+        except MissingFigures as error:
+            outcome.status, outcome.figures = f"failed (no figures: {error})", {}
+        except (OSError, ValueError, KeyError, TypeError, ElementTree.ParseError) as error:
+            outcome.status, outcome.figures = f"failed (figures unreadable: {error!r})", {}
     if not outcome.ok:
         outcome.tail = tail
     return outcome
@@ -175,67 +203,42 @@ def probe_machine(python: str) -> dict:
     return machine
 
 
-# -- parsing ------------------------------------------------------------------------------------
-TRAINER_HEADLINE = re.compile(r"^(?P<device>\S+) (?P<size>\S+) \(trainer, (?P<window>cold|warm)\): "
-                              r"(?P<ktok>[\d,.]+)k target tok/s, exact MFU (?P<mfu>.+)$", re.M)
-TRAINER_STEPS = re.compile(r"^steps: (?P<steps>\d+), mean tokens per step: (?P<source>\d+) "
-                           r"source, (?P<target>\d+) target; padding (?P<padding>[\d.]+)%$", re.M)
-TRAINER_PRECISION = re.compile(r"precision: (?P<precision>\w+) \(training\.precision", re.M)
-TRAINER_WINDOW = re.compile(r"^\| (?P<step>\d+) \| (?P<tok>[\d,]+) \| (?P<tflops>[\d.]+) \| "
-                            r"(?P<mfu>[^|]+?) \|$", re.M)
-BEAM_HEADLINE = re.compile(r"^(?P<device>\S+) (?P<size>\S+) \(beam (?P<beam>\d+), alpha "
-                           r"(?P<alpha>[\d.]+), (?P<sentences>\d+) sentences\): (?P<sps>[\d,.]+) "
-                           r"sentences/s, (?P<tps>[\d,]+) generated tok/s$", re.M)
-BEAM_TOTALS = re.compile(r"(?P<source>[\d,]+) source tokens \(EOS included\), (?P<generated>"
-                         r"[\d,]+) generated tokens in (?P<seconds>[\d.]+) s$", re.M)
-LOSS_ROW = re.compile(r"^\| (?P<path>unfused|chunked) \| (?P<tokens>\d+) \| (?P<projected>\d+) \| "
-                      r"(?P<mib>[-\d,]+) \| (?P<seconds>[\d.]+) \|$", re.M)
-LOSS_RATIO = re.compile(r"^N (?P<tokens>\d+): chunked / unfused memory (?P<memory>[-\d.]+)x, "
-                        r"time (?P<time>[\d.]+)x$", re.M)
-LOSS_DEVICE = re.compile(r"^device: (?P<device>\S+),.* bf16 autocast: (?P<bf16>\w+)", re.M)
+# -- figures ------------------------------------------------------------------------------------
+class MissingFigures(ValueError):
+    """A step exited 0 but wrote no figures."""
 
 
-class UnparsedOutput(ValueError):
-    """A step exited 0 but its log lacks the lines its figures come from."""
+def read_json_figures(step: Step, logs: Path) -> dict:
+    path = figures_file(logs, step.name)
+    if not path.exists():
+        raise MissingFigures(f"{path.name} was not written")
+    return json.loads(path.read_text())
 
 
-def _all(pattern: re.Pattern, text: str, what: str) -> list[dict]:
-    found = [match.groupdict() for match in pattern.finditer(text)]
-    if not found:
-        raise UnparsedOutput(f"no {what} line in the log")
-    return found
-
-
-def parse_trainer(text: str, _logs: Path) -> dict:
-    headlines = {row["window"]: row for row in _all(TRAINER_HEADLINE, text, "headline")}
-    steps = _all(TRAINER_STEPS, text, "'steps: ...'")[0]
-    return {"headlines": headlines, "steps": steps,
-            "precision": _all(TRAINER_PRECISION, text, "precision")[0]["precision"],
-            "windows": _all(TRAINER_WINDOW, text, "window")}
-
-
-def parse_beam(text: str, _logs: Path) -> dict:
-    return {"headline": _all(BEAM_HEADLINE, text, "headline")[0],
-            "totals": _all(BEAM_TOTALS, text, "totals")[0]}
-
-
-def parse_loss_memory(text: str, _logs: Path) -> dict:
-    return {"device": _all(LOSS_DEVICE, text, "device")[0],
-            "rows": _all(LOSS_ROW, text, "table"), "ratios": _all(LOSS_RATIO, text, "ratio")}
-
-
-def parse_pytest(text: str, logs: Path) -> dict:
-    """Counts from the JUnit XML; the -ra summary's lines (why each test failed or skipped)."""
-    suite = ElementTree.parse(logs / "pytest-gpu.xml").getroot()
+def read_pytest(step: Step, logs: Path) -> dict:
+    """Counts from the JUnit XML, and a line for each test that failed, erred or was skipped
+    (with pytest's message), as ``-ra`` summarises them."""
+    path = junit_file(logs, step.name)
+    if not path.exists():
+        raise MissingFigures(f"{path.name} was not written")
+    suite = ElementTree.parse(path).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    summary = re.findall(r"^(?:FAILED|ERROR|SKIPPED|XFAIL|XPASS) .*$", text, re.M)
+    summary = []
+    for case in suite.iter("testcase"):
+        for outcome in case:
+            label = JUNIT_OUTCOMES.get(outcome.tag)
+            if label:
+                test = f"{case.get('classname', '')}::{case.get('name', '')}"
+                message = (outcome.get("message") or "").splitlines()
+                summary.append(f"{label} {test}" + (f" - {message[0]}" if message else ""))
     return {"counts": counts, "summary": summary}
 
 
-PARSERS = {"trainer": parse_trainer, "beam": parse_beam, "loss_memory": parse_loss_memory,
-           "pytest": parse_pytest}
+JUNIT_OUTCOMES = {"failure": "FAILED", "error": "ERROR", "skipped": "SKIPPED"}
+READERS = {"trainer": read_json_figures, "beam": read_json_figures,
+           "loss_memory": read_json_figures, "pytest": read_pytest}
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -249,8 +252,13 @@ def device_label(machine: dict) -> str:
     return machine["gpu"].replace("NVIDIA ", "").split()[0] if machine["cuda"] else "CPU"
 
 
+def _percent(share: float | None, missing: str) -> str:
+    return f"{100 * share:.1f}%" if share is not None else missing
+
+
 def headlines(outcomes: list[Outcome], device: str) -> list[str]:
-    """The lines BENCHMARKS.md takes, from the parsed figures of the steps that finished."""
+    """The lines BENCHMARKS.md takes, from the figures of the steps that finished (as the
+    benchmarks print them)."""
     lines = []
     for outcome in outcomes:
         if not outcome.ok:
@@ -260,20 +268,24 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
             compiled = ", compiled" if outcome.step.compiled else ""
             for window in ("cold", "warm"):
                 row = figures["headlines"][window]
-                lines.append(f"{row['device']} {row['size']} (trainer{compiled}, {window}): "
-                             f"{row['ktok']}k target tok/s, exact MFU {row['mfu']}")
+                lines.append(f"{figures['name']} {figures['size']} (trainer{compiled}, {window}): "
+                             f"{row['target_tokens_per_second'] / 1000:,.1f}k target tok/s, "
+                             f"exact MFU {_percent(row['mfu'], 'n/a (no known peak)')}")
         elif outcome.step.kind == "beam":
-            row = figures["headline"]
-            lines.append(f"{row['device']} {row['size']} (beam {row['beam']}, alpha {row['alpha']},"
-                         f" {row['sentences']} sentences): {row['sps']} sentences/s, "
-                         f"{row['tps']} generated tok/s")
+            lines.append(_beam_headline(figures))
         elif outcome.step.kind == "loss_memory":
-            autocast = figures["device"]["bf16"]
             for ratio in figures["ratios"]:
-                lines.append(f"{device} loss (bf16 autocast: {autocast}, N "
+                lines.append(f"{device} loss (bf16 autocast: {figures['bf16']}, N "
                              f"{ratio['tokens']}): chunked / unfused peak memory "
-                             f"{ratio['memory']}x, time {ratio['time']}x")
+                             f"{ratio['memory']:.2f}x, time {ratio['time']:.2f}x")
     return lines
+
+
+def _beam_headline(figures: dict) -> str:
+    return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
+            f"{figures['alpha']}, {figures['sentences']} sentences): "
+            f"{figures['sentences_per_second']:,.1f} sentences/s, "
+            f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
 def _machine_lines(machine: dict, mode: str, budget: float, spent: float) -> list[str]:
@@ -295,24 +307,25 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                  f"errors, {counts['skipped']} skipped (of {counts['tests']})"]
         return lines + ["", "```", *figures["summary"], "```"] if figures["summary"] else lines
     if kind == "trainer":
-        steps = figures["steps"]
-        lines = [f"{steps['steps']} steps in {figures['precision']}, mean tokens per step "
-                 f"{steps['source']} source / {steps['target']} target, padding "
-                 f"{steps['padding']}%", "",
+        lines = [f"{figures['steps']} steps in {figures['precision']}, mean tokens per step "
+                 f"{figures['mean_source_tokens_per_step']:.0f} source / "
+                 f"{figures['mean_target_tokens_per_step']:.0f} target, padding "
+                 f"{100 * figures['padding']:.1f}%", "",
                  "| window ends at step | target tok/s | model TFLOP/s | MFU |",
                  "|---|---|---|---|"]
-        lines += [f"| {w['step']} | {w['tok']} | {w['tflops']} | {w['mfu']} |"
+        lines += [f"| {w['step']} | {w['target_tokens_per_second']:,.0f} | "
+                  f"{w['model_tflops_per_second']:.3f} | {_percent(w['mfu'], 'n/a')} |"
                   for w in figures["windows"]]
         return lines
     if kind == "beam":
-        totals, row = figures["totals"], figures["headline"]
-        return [f"{row['sentences']} sentences, {totals['source']} source tokens, "
-                f"{totals['generated']} generated tokens in {totals['seconds']} s: "
-                f"{row['sps']} sentences/s, {row['tps']} generated tok/s"]
+        return [f"{figures['sentences']} sentences, {figures['source_tokens']:,} source tokens, "
+                f"{figures['generated_tokens']:,} generated tokens in {figures['seconds']:.1f} s:"
+                f" {figures['sentences_per_second']:,.1f} sentences/s, "
+                f"{figures['generated_tokens_per_second']:,.0f} generated tok/s"]
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
-    lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['mib']} | {r['seconds']} |"
-              for r in figures["rows"]]
+    lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "
+              f"{r['seconds']:.3f} |" for r in figures["rows"]]
     return lines
 
 

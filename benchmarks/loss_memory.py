@@ -10,6 +10,11 @@ its inputs were built; on a GPU ``torch.cuda.max_memory_allocated`` minus the me
 before the pass (``--bf16``: under bf16 autocast, as the trainer runs).
 
     .venv/bin/python benchmarks/loss_memory.py
+
+``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads): the
+``device`` and settings, every ``rows`` entry (``path``, ``tokens``, ``projected``,
+``peak_mib``, ``seconds``) and the chunked / unfused ``ratios`` per N (``tokens``, ``memory``,
+``time``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from reproduce.output_files import write_text_whole
 from reproduce.special_tokens import PAD
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk
@@ -103,6 +110,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed passes after the first (median kept)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPUs)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -117,6 +125,9 @@ def main() -> None:
                                      str(tokens)],
                                     capture_output=True, text=True, check=True)
             rows.append(json.loads(result.stdout.splitlines()[-1]))
+    ratios = [{"tokens": unfused["tokens"], "memory": chunked["peak_mib"] / unfused["peak_mib"],
+               "time": chunked["seconds"] / unfused["seconds"]}
+              for unfused, chunked in zip(rows[::2], rows[1::2], strict=True)]
     print(f"device: {rows[0]['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, {platform.machine()}; d_model {args.d_model}, vocab {args.vocab}, "
           f"padding {args.padding:.0%}, eps {EPSILON}, bf16 autocast: {args.bf16}, chunk "
@@ -128,10 +139,16 @@ def main() -> None:
         print(f"| {row['path']} | {row['tokens']} | {row['projected']} | {row['peak_mib']:,.0f} | "
               f"{row['seconds']:.3f} |")
     print()
-    for unfused, chunked in zip(rows[::2], rows[1::2], strict=True):
-        print(f"N {unfused['tokens']}: chunked / unfused memory "
-              f"{chunked['peak_mib'] / unfused['peak_mib']:.2f}x, time "
-              f"{chunked['seconds'] / unfused['seconds']:.2f}x")
+    for ratio in ratios:
+        print(f"N {ratio['tokens']}: chunked / unfused memory {ratio['memory']:.2f}x, time "
+              f"{ratio['time']:.2f}x")
+    if args.json:
+        figures = {"benchmark": "loss_memory", "device": rows[0]["device"],
+                   "threads": torch.get_num_threads(), "d_model": args.d_model,
+                   "vocab": args.vocab, "padding": args.padding, "epsilon": EPSILON,
+                   "bf16": args.bf16, "chunk_rows": rows_per_chunk(args.vocab), "rows": rows,
+                   "ratios": ratios}
+        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

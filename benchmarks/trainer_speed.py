@@ -14,6 +14,12 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes
 
     .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 \\
         --steps 12 --log-every 4
+
+``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
+``device``, ``name``, ``size``, ``precision``, ``compile``, ``steps``, the mean tokens per step,
+``padding``, every window (``step``, ``target_tokens_per_second``, ``model_tflops_per_second``,
+``mfu`` or null) and the ``cold`` and ``warm`` headlines (``target_tokens_per_second``,
+``mfu`` against the GPU's peak, or null when none is known).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 from reproduce.config import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
+from reproduce.output_files import write_text_whole
 from reproduce.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +89,7 @@ def main() -> None:
                         help="default: the config's")
     parser.add_argument("--tokens-per-step", type=int,
                         help="default: the config's 25,000 (CPUs: fewer)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -97,27 +105,53 @@ def main() -> None:
         windows = [json.loads(line) for line in trainer.metrics_path.read_text().splitlines()]
         windows = [row for row in windows if "target_tokens_per_second" in row]
 
-    device = summary["device"]
-    name = "CPU" if device == "cpu" else device.replace("NVIDIA ", "").split()[0]
-    print(f"device: {device}, threads: {torch.get_num_threads()}, torch {torch.__version__}, "
-          f"size: {args.size}, precision: {summary['precision']} (training.precision: "
-          f"{variant.training.precision}), compile: {args.compile}")
-    print(f"steps: {summary['steps']}, mean tokens per step: "
-          f"{summary['mean_source_tokens_per_step']:.0f} source, "
-          f"{summary['mean_target_tokens_per_step']:.0f} target; padding "
-          f"{100 * summary['padding_waste']:.1f}%")
+    figures = trainer_figures(summary, windows, args.size, args.compile)
+    print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
+          f"{torch.__version__}, size: {args.size}, precision: {figures['precision']} "
+          f"(training.precision: {variant.training.precision}), compile: {args.compile}")
+    print(f"steps: {figures['steps']}, mean tokens per step: "
+          f"{figures['mean_source_tokens_per_step']:.0f} source, "
+          f"{figures['mean_target_tokens_per_step']:.0f} target; padding "
+          f"{100 * figures['padding']:.1f}%")
     print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")
-    for row in windows:
-        mfu = f"{100 * row['mfu']:.1f}%" if "mfu" in row else "n/a"
+    for row in figures["windows"]:
+        mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
         print(f"| {row['step']} | {row['target_tokens_per_second']:,.0f} | "
               f"{row['model_tflops_per_second']:.3f} | {mfu} |")
+    for label in ("cold", "warm"):
+        headline = figures["headlines"][label]
+        mfu = (f"{100 * headline['mfu']:.1f}%" if headline["mfu"] is not None
+               else "n/a (no known peak)")
+        print(f"{figures['name']} {args.size} (trainer, {label}): "
+              f"{headline['target_tokens_per_second'] / 1000:,.1f}k target tok/s, exact MFU {mfu}")
+    if args.json:
+        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
+
+
+def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: bool) -> dict:
+    """The run's figures: what it prints, as numbers (``--json``)."""
+    device = summary["device"]
     peak = peak_flops(device) if device != "cpu" else None
+    headlines = {}
     for label, rows in (("cold", windows[:1]), ("warm", windows[1:] or windows)):
-        tokens = statistics.median(row["target_tokens_per_second"] for row in rows)
         flops = statistics.median(row["model_tflops_per_second"] for row in rows) * 1e12
-        mfu = f"{100 * flops / peak:.1f}%" if peak else "n/a (no known peak)"
-        print(f"{name} {args.size} (trainer, {label}): {tokens / 1000:,.1f}k target tok/s, exact "
-              f"MFU {mfu}")
+        headlines[label] = {
+            "target_tokens_per_second": statistics.median(row["target_tokens_per_second"]
+                                                          for row in rows),
+            "model_tflops_per_second": flops / 1e12, "mfu": flops / peak if peak else None}
+    return {
+        "benchmark": "trainer_speed", "device": device,
+        "name": "CPU" if device == "cpu" else device.replace("NVIDIA ", "").split()[0],
+        "size": size, "precision": summary["precision"], "compile": compiled,
+        "steps": summary["steps"],
+        "mean_source_tokens_per_step": summary["mean_source_tokens_per_step"],
+        "mean_target_tokens_per_step": summary["mean_target_tokens_per_step"],
+        "padding": summary["padding_waste"], "peak_flops": peak,
+        "windows": [{"step": row["step"],
+                     "target_tokens_per_second": row["target_tokens_per_second"],
+                     "model_tflops_per_second": row["model_tflops_per_second"],
+                     "mfu": row.get("mfu")} for row in windows],
+        "headlines": headlines}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""The benchmark scripts run and print their tables (smoke tests: no timing is asserted)."""
+"""The benchmark scripts run and print their tables, and write their figures as JSON with
+``--json`` (smoke tests: no timing is asserted)."""
 
+import json
 import re
 import subprocess
 import sys
@@ -29,25 +31,40 @@ def test_model_speed_compares_ours_with_the_peers():
     assert "recomputing the prefix" in output and "cached / recomputing" in output
 
 
-def test_trainer_speed_prints_cold_and_warm_headlines():
+def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500",
-                  "--steps", "4", "--log-every", "2")
+                  "--steps", "4", "--log-every", "2", "--json", str(tmp_path / "figures.json"))
     assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
     assert "mean tokens per step" in output and "exact MFU n/a" in output
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["name"] == "CPU" and figures["steps"] == 4
+    assert [window["step"] for window in figures["windows"]] == [2, 4]
+    warm = figures["headlines"]["warm"]
+    assert warm["mfu"] is None and warm["target_tokens_per_second"] == (
+        figures["windows"][1]["target_tokens_per_second"])
+    assert f"(trainer, warm): {warm['target_tokens_per_second'] / 1000:,.1f}k" in output
 
 
-def test_loss_memory_compares_the_unfused_and_chunked_losses():
+def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path):
     output = _run("loss_memory.py", "--tokens", "64", "--vocab", "500", "--d-model", "16",
-                  "--repeats", "1")
+                  "--repeats", "1", "--json", str(tmp_path / "figures.json"))
     assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
     assert "N 64: chunked / unfused memory" in output
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert [(row["path"], row["tokens"], row["projected"]) for row in figures["rows"]] == [
+        ("unfused", 64, 128), ("chunked", 64, 64)]
+    assert [ratio["tokens"] for ratio in figures["ratios"]] == [64] and not figures["bf16"]
 
 
-def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path():
-    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300")
+def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tmp_path):
+    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300", "--json",
+                  str(tmp_path / "figures.json"))
     assert "CPU cpu (beam 4, alpha 0.6, 6 sentences):" in output and "generated tok/s" in output
     found = re.search(r"6 sentences, ([\d,]+) source tokens \(EOS included\), ([\d,]+) generated "
                       r"tokens", output)
     source, generated = (int(number.replace(",", "")) for number in found.groups())
     # each hypothesis holds at least its EOS and at most its source's length + 50 (section 6.1)
     assert 6 <= generated <= source + 6 * 50
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert (figures["source_tokens"], figures["generated_tokens"]) == (source, generated)
+    assert figures["sentences"] == 6 and figures["beam"] == 4 and figures["alpha"] == 0.6

@@ -1,5 +1,6 @@
 """scripts/gpu-check.sh: its CPU smoke mode end to end (the report's figures are those of the
-steps' logs), and how a step that fails, outlasts its time or finds no budget is reported."""
+JSON each benchmark writes, shown as the benchmark prints them in its log), and how a step that
+fails, writes no figures, outlasts its time or finds no budget is reported."""
 
 import importlib.util
 import json
@@ -63,6 +64,12 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     rows = _lines_with(_log(smoke_run, "loss-memory"), r"^\| (unfused|chunked) \| 64 \|")
     assert len(windows) == 2 and len(rows) == 2
     assert all(line in report.splitlines() for line in windows + rows)
+    # gpu-report.json holds each benchmark's own JSON, whole
+    summary = json.loads((smoke_run / "gpu-report.json").read_text())
+    for step in summary["steps"][1:]:
+        written = json.loads((smoke_run / "logs" / f"{step['name']}.json").read_text())
+        assert step["figures"] == written and written["benchmark"] in step["step"]["arguments"][0]
+    assert summary["headlines"] == block.splitlines()[1:]
 
 
 @needs_no_cuda
@@ -91,11 +98,45 @@ def test_a_failed_step_shows_its_status_and_log_tail_and_no_figure(tmp_path):
     assert "Last 40 lines of logs/fake.log" in report
 
 
-def test_a_step_whose_log_lacks_its_figures_counts_as_failed(tmp_path):
-    outcome = gpu_check.run_step(_step("print('no figures here')"), sys.executable, tmp_path,
+def test_a_step_that_writes_no_figures_counts_as_failed(tmp_path):
+    """Its printed lines are not read back, headline-like or not."""
+    script = "print('CPU cpu (trainer, warm): 9.9k target tok/s, exact MFU n/a')"
+    outcome = gpu_check.run_step(_step(script), sys.executable, tmp_path, seconds_left=100)
+    assert outcome.status == "failed (no figures: fake.json was not written)"
+    assert outcome.figures == {} and "9.9k target tok/s" in outcome.tail
+
+
+BEAM_FIGURES = {"benchmark": "beam_speed", "name": "H100", "size": "base", "beam": 4,
+                "alpha": 0.6, "sentences": 3003, "source_tokens": 90_000,
+                "generated_tokens": 240_000, "seconds": 73.25, "sentences_per_second": 41.0,
+                "generated_tokens_per_second": 3276.5}
+
+
+def _writes(figures: dict, tmp_path: Path) -> str:
+    return f"import json; open({str(tmp_path / 'fake.json')!r}, 'w').write({json.dumps(figures)!r})"
+
+
+def test_the_report_shows_the_figures_a_step_wrote(tmp_path):
+    outcome = gpu_check.run_step(_step(_writes(BEAM_FIGURES, tmp_path), kind="beam"),
+                                 sys.executable, tmp_path, seconds_left=100)
+    assert outcome.ok and outcome.figures == BEAM_FIGURES
+    assert gpu_check.headlines([outcome], "H100") == [
+        "H100 base (beam 4, alpha 0.6, 3003 sentences): 41.0 sentences/s, 3,276 generated tok/s"]
+    report = gpu_check.render_report(MACHINE, "gpu", [outcome], 100, 80)
+    assert ("3003 sentences, 90,000 source tokens, 240,000 generated tokens in 73.2 s: 41.0 "
+            "sentences/s, 3,276 generated tok/s") in report
+
+
+def test_figures_that_lack_a_value_count_as_failed_and_an_earlier_runs_are_not_read(tmp_path):
+    incomplete = {key: value for key, value in BEAM_FIGURES.items() if key != "seconds"}
+    outcome = gpu_check.run_step(_step(_writes(incomplete, tmp_path), kind="beam"),
+                                 sys.executable, tmp_path, seconds_left=100)
+    assert outcome.status == "failed (figures unreadable: KeyError('seconds'))"
+    assert outcome.figures == {}
+    (tmp_path / "fake.json").write_text(json.dumps(BEAM_FIGURES))  # left by an earlier run
+    outcome = gpu_check.run_step(_step("pass", kind="beam"), sys.executable, tmp_path,
                                  seconds_left=100)
-    assert outcome.status == "failed (output not parsed: no headline line in the log)"
-    assert outcome.figures == {} and "no figures here" in outcome.tail
+    assert outcome.status == "failed (no figures: fake.json was not written)"
 
 
 def test_a_step_past_its_time_is_killed_and_one_without_budget_is_not_started(tmp_path,

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import mlflow.artifacts
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -72,6 +73,50 @@ def test_a_real_mlflow_server_on_loopback(tmp_path, monkeypatch):
             run.log_artifact(artifact, "tables")
         listed = MlflowClient(url).list_artifacts(run.run_id, "tables")
         assert [item.path for item in listed] == ["tables/table3.md"]
+
+
+LOG_A_TABLE = """
+import sys
+from pathlib import Path
+from reproduce.tracking import tables_run
+with tables_run(Path(sys.argv[1]), "tiny") as run:
+    run.log_artifact(Path(sys.argv[2]), "again")
+print(run.run_id)
+"""
+
+
+@pytest.mark.slow
+def test_a_tracking_servers_folder_can_move_with_its_artifacts(tmp_path, monkeypatch):
+    """A server (as scripts/mlflow-server.sh starts it: --artifacts-destination) records
+    ``mlflow-artifacts:`` locations, relative to that destination: started again on the moved
+    folder, it serves the artifacts logged before and takes new ones there."""
+    first, moved = tmp_path / "first", tmp_path / "elsewhere/moved"
+    first.mkdir()
+    table = tmp_path / "table3.md"
+    table.write_text("| row |\n")
+    with running_mlflow_server(first) as url:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        with tables_run(tmp_path / "results", "tiny") as run:
+            run.log_artifact(table, "tables")
+        location = MlflowClient(url).get_experiment_by_name("tiny tables").artifact_location
+        assert location.startswith("mlflow-artifacts:")
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    with running_mlflow_server(moved, store=f"sqlite:///{moved / 'server.db'}") as url:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        downloaded = MlflowClient(url).download_artifacts(run.run_id, "tables/table3.md",
+                                                          str(tmp_path))
+        assert Path(downloaded).read_text() == "| row |\n"
+        # a new process, as every command is (MLflow caches a run's artifact repository, the
+        # first server's address with it, for the life of the process)
+        again = subprocess.run([sys.executable, "-c", LOG_A_TABLE, str(tmp_path / "results"),
+                                str(table)], capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines()[-1] == run.run_id
+    assert not first.exists()
+    assert (moved / f"artifacts/{location.split(':', 1)[1].strip('/')}/{run.run_id}"
+            "/artifacts/again/table3.md").is_file()
 
 
 def test_flat_params_name_every_hyper_parameter():
@@ -213,31 +258,72 @@ def _log_in_a_new_process(results: Path, artifact: Path) -> subprocess.Completed
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
-def test_the_artifacts_of_a_moved_project_follow_its_results_folder(tmp_path, monkeypatch):
+ELSEWHERE = "outside this results folder (moved or copied)"
+
+
+def _logged_files(results: Path) -> list[Path]:
+    return sorted(path.relative_to(results) for path in results.rglob("*.md"))
+
+
+def test_a_moved_project_keeps_its_runs_and_writes_nothing_to_the_old_place(tmp_path, monkeypatch):
+    """MLflow records artifact locations as absolute paths and has no call to change them (no SQL
+    is run against its store): after a move the runs, params and metrics are all there and the
+    same run is resumed, the artifacts' files moved with the folder and are read from there, one
+    warning says that MLflow looks for them at the old place, and no artifact is logged to the
+    old place. A symbolic link from the old place to the new one makes MLflow's locations valid
+    again."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     old, new = tmp_path / "home/project", tmp_path / "scratch/project"
     (old / "results").mkdir(parents=True)
-    for name in ("before.md", "after.md"):
+    for name in ("before.md", "after.md", "linked.md"):
         (tmp_path / name).write_text(f"{name}\n")
     before = _log_in_a_new_process(old / "results", tmp_path / "before.md")
     assert before.returncode == 0, before.stderr
-    assert "now under" not in before.stderr  # a store that never moved is left as it is
+    assert ELSEWHERE not in before.stderr  # a store that never moved says nothing
+    run_id = before.stdout.strip()
     new.parent.mkdir()
     shutil.move(old, new)
-    after = _log_in_a_new_process(new / "results", tmp_path / "after.md")
+    results = new / "results"
+    after = _log_in_a_new_process(results, tmp_path / "after.md")
     assert after.returncode == 0, after.stderr
     assert after.stdout == before.stdout  # the same run, resumed
-    assert after.stderr.count("now under") == 1  # the rewrite is logged
+    assert after.stderr.count(ELSEWHERE) == 1, after.stderr  # one warning says what MLflow lacks
+    assert f"under {artifact_root(old / 'results')}," in after.stderr
     assert not old.exists()  # nothing was written to the old place
-    results = new / "results"
-    logged = sorted(path.relative_to(results) for path in results.rglob("*.md"))
-    run_id = before.stdout.strip()
-    assert logged == [Path(f"mlartifacts/{run_id}/artifacts/train/{name}")
-                      for name in ("after.md", "before.md")]
+    before_file = Path(f"mlartifacts/{run_id}/artifacts/train/before.md")
+    assert _logged_files(results) == [before_file]  # after.md was not logged
     client = MlflowClient(tracking_uri(results))
-    assert client.get_experiment_by_name("tiny").artifact_location == artifact_root(results)
+    assert client.get_experiment_by_name("tiny").artifact_location == artifact_root(
+        old / "results")  # MLflow's record, unchanged
+    assert client.get_run(run_id).data.tags["variant"] == "base"
+    copied = mlflow.artifacts.download_artifacts(
+        artifact_uri=(results / before_file).as_uri(), dst_path=str(tmp_path / "read"))
+    assert Path(copied).read_text() == "before.md\n"
+
+    old.parent.mkdir(exist_ok=True)
+    old.symlink_to(new)  # the old place leads to the new one: MLflow's locations hold again
+    linked = _log_in_a_new_process(results, tmp_path / "linked.md")
+    assert linked.returncode == 0 and ELSEWHERE not in linked.stderr, linked.stderr
+    assert _logged_files(results) == [before_file, before_file.with_name("linked.md")]
     downloaded = client.download_artifacts(run_id, "train/before.md", str(tmp_path))
     assert Path(downloaded).read_text() == "before.md\n"
+
+
+def test_a_copied_project_logs_no_artifact_into_the_original(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    (original / "results").mkdir(parents=True)
+    for name in ("before.md", "after.md"):
+        (tmp_path / name).write_text(f"{name}\n")
+    before = _log_in_a_new_process(original / "results", tmp_path / "before.md")
+    assert before.returncode == 0, before.stderr
+    shutil.copytree(original, copy)
+    kept = _logged_files(original / "results")
+    after = _log_in_a_new_process(copy / "results", tmp_path / "after.md")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == before.stdout and after.stderr.count(ELSEWHERE) == 1, after.stderr
+    assert _logged_files(original / "results") == kept  # the original is left as it was
+    assert _logged_files(copy / "results") == kept
 
 
 def test_a_store_named_by_the_tracking_uri_keeps_its_artifact_locations(tmp_path, monkeypatch):

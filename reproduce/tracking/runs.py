@@ -41,8 +41,8 @@ from mlflow.tracking import MlflowClient
 
 from reproduce.records import read_records
 from reproduce.tracking.store import (
-    artifact_root, fail_fast_over_http, is_server, open_sqlite_store, prepare_store, redact,
-    redact_credentials_in_logs, tracking_uri,
+    artifact_root, embedded_uri, fail_fast_over_http, is_server, lies_elsewhere, local_artifacts,
+    open_sqlite_store, prepare_store, redact, redact_credentials_in_logs, tracking_uri,
 )
 from reproduce.tracking.view import (
     VIEW_STATE_TAG, key_results_view_state, score_metric, summary_metric,
@@ -93,15 +93,22 @@ def system_tags(command: str, run_name: str) -> dict[str, str]:
 
 
 class VariantRun:
-    """One MLflow run; every call retries a locked SQLite store and survives an unreachable one."""
+    """One MLflow run; every call retries a locked SQLite store and survives an unreachable one.
 
-    def __init__(self, client: MlflowClient, run_id: str, metrics_file: Path | None = None):
+    ``artifacts_in``: the embedded store's artifact folder (``<results>/mlartifacts``), where this
+    run's artifacts must go; a run whose recorded artifact location is another results folder's
+    (this one was moved or copied: :mod:`reproduce.tracking.store`) logs no artifact."""
+
+    def __init__(self, client: MlflowClient, run_id: str, metrics_file: Path | None = None,
+                 artifacts_in: Path | None = None):
         self.client = client
         self.run_id = run_id
         self.metrics_file = metrics_file
+        self.artifacts_in = artifacts_in
         self.outage_since: float | None = None
         self._last_attempt = 0.0
         self._system_metrics = None
+        self._artifact_uri: str | None = None
 
     # -- logging ---------------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
@@ -119,8 +126,31 @@ class VariantRun:
         self._call("logging metrics", lambda: self.client.log_batch(self.run_id, metrics=entries))
 
     def log_artifact(self, path: Path, folder: str | None = None) -> None:
+        """Store ``path`` as an artifact, unless MLflow would write it outside this results
+        folder (:meth:`artifacts_elsewhere`): then it is left out, logged at INFO (the store's
+        warning on opening said why)."""
+        elsewhere = self.artifacts_elsewhere()
+        if elsewhere:
+            log.info("MLflow: %s not stored as an artifact of run %s: MLflow would write it to"
+                     " %s, outside this results folder (moved or copied)",
+                     path.name, self.run_id, elsewhere)
+            return
         self._call(f"storing {path.name}",
                    lambda: self.client.log_artifact(self.run_id, str(path), folder))
+
+    def artifacts_elsewhere(self) -> str | None:
+        """The run's artifact URI when it lies in another results folder than ``artifacts_in``
+        (MLflow records it as an absolute path when the run is created, and its client has no
+        call to change it), else None; None too when the run cannot be read now (the logging
+        call that follows meets the same outage and reports it)."""
+        if self.artifacts_in is None:
+            return None
+        if self._artifact_uri is None:
+            try:
+                self._artifact_uri = self.client.get_run(self.run_id).info.artifact_uri
+            except Exception:
+                return None
+        return self._artifact_uri if lies_elsewhere(self._artifact_uri, self.artifacts_in) else None
 
     def log_datasets(self, inputs: list["DatasetInput"]) -> None:
         self._call("logging datasets", lambda: self.client.log_inputs(self.run_id, datasets=inputs))
@@ -241,10 +271,18 @@ def _retry_while_locked(call: Callable[[], None], attempts: int = 8) -> None:
 
 
 def _client(results_dir: Path) -> MlflowClient:
-    """A client of the store; an embedded one first follows a moved results folder (commands
-    such as ``attention`` log without :func:`~reproduce.tracking.store.prepare_store`)."""
+    """A client of the store, created first when it is a SQLite one (commands such as
+    ``attention`` log without :func:`~reproduce.tracking.store.prepare_store`)."""
     open_sqlite_store(results_dir)
     return MlflowClient(tracking_uri=tracking_uri(results_dir))
+
+
+def _artifacts_in(results_dir: Path) -> Path | None:
+    """Where the runs of the embedded store keep artifacts (``VariantRun.artifacts_in``); None
+    for a store named by MLFLOW_TRACKING_URI, which decides for itself."""
+    if tracking_uri(results_dir) == embedded_uri(results_dir):
+        return local_artifacts(results_dir)
+    return None
 
 
 def _experiment_id(client: MlflowClient, dataset: str, results_dir: Path) -> str:
@@ -303,7 +341,7 @@ def start_variant_run(
         run_id = recorded.read_text().strip()
         try:
             client.update_run(run_id, status="RUNNING")
-            return VariantRun(client, run_id, metrics_file)
+            return VariantRun(client, run_id, metrics_file, _artifacts_in(results_dir))
         except mlflow.exceptions.MlflowException:
             pass  # recorded in another store (MLFLOW_TRACKING_URI changed): start a new run
     run = client.create_run(
@@ -315,7 +353,7 @@ def start_variant_run(
     temporary = recorded.with_name(recorded.name + ".tmp")
     temporary.write_text(run.info.run_id)
     temporary.replace(recorded)
-    return VariantRun(client, run.info.run_id, metrics_file)
+    return VariantRun(client, run.info.run_id, metrics_file, _artifacts_in(results_dir))
 
 
 def start_training_run(
@@ -352,7 +390,9 @@ def find_variant_run(results_dir: Path, dataset: str, variant: str,
         order_by=["attributes.start_time DESC"],
         max_results=1,
     )
-    return VariantRun(client, runs[0].info.run_id) if runs else None
+    if not runs:
+        return None
+    return VariantRun(client, runs[0].info.run_id, artifacts_in=_artifacts_in(results_dir))
 
 
 def variant_run_for(results_dir: Path, dataset: str, variant: str, seed: int,
@@ -367,7 +407,7 @@ def variant_run_for(results_dir: Path, dataset: str, variant: str, seed: int,
         tags=_run_tags(dataset, variant, seed, command),
     )
     client.set_terminated(run.info.run_id, "FINISHED")
-    return VariantRun(client, run.info.run_id)
+    return VariantRun(client, run.info.run_id, artifacts_in=_artifacts_in(results_dir))
 
 
 def log_best_effort(results_dir: Path, what: str, action: Callable[[], None]) -> bool:
@@ -400,7 +440,7 @@ def tables_run(results_dir: Path, dataset: str) -> Iterator[VariantRun]:
         run_id = client.create_run(
             experiment_id, run_name="tables", tags={"dataset": dataset, "kind": "tables"}
         ).info.run_id
-    tracked = VariantRun(client, run_id)
+    tracked = VariantRun(client, run_id, artifacts_in=_artifacts_in(results_dir))
     tracked.set_tags(system_tags("tables", "tables"))
     try:
         yield tracked

@@ -6,9 +6,24 @@ results (``sqlite:///<results>/mlflow.db``). :func:`prepare_store` runs before a
 server must answer a read-only API call within a few seconds (``/health`` would not do: MLflow
 answers it whatever the Host header, and refuses API calls from a host name it does not allow),
 and an embedded store is created (its schema migrated) by one process at a time under a file lock,
-so parallel jobs on a new store never race in MLflow's migrations. The embedded store keeps its
-artifacts in ``<results>/mlartifacts``, and follows the results folder when that was moved or
-copied. Credentials in the URI (``user:password@``) never reach a message.
+so parallel jobs on a new store never race in MLflow's migrations. Credentials in the URI
+(``user:password@``) never reach a message. Everything here goes through MLflow's client; no SQL
+is run against its store.
+
+The embedded store keeps its artifacts in ``<results>/mlartifacts``. A limitation of MLflow, not
+worked around: it records an experiment's and a run's artifact location as an absolute URI
+(a relative one is resolved against the working directory when the experiment is created), and
+its public interface has no call that changes it. So after the results folder is moved or copied,
+MLflow (its UI, ``download_artifacts``) looks for the artifacts logged before at the old place,
+although their files moved with the folder (``<results>/mlartifacts/<run id>/artifacts/``).
+:func:`open_sqlite_store` says so in one warning per process (:func:`artifacts_elsewhere`), and
+the runs of those experiments log no more artifacts from the new place
+(:meth:`reproduce.tracking.runs.VariantRun.log_artifact`): MLflow would write them to the old
+folder, or into the original of a copy. Everything else of the store (runs, params, metrics, tags)
+moves with it. A symbolic link from the old results folder to the new one makes the recorded
+locations valid again. A tracking server started by ``scripts/mlflow-server.sh`` has no such
+limit: it records ``mlflow-artifacts:`` URIs, relative to its ``--artifacts-destination``, so its
+folder can move as long as the server is started again from the new place.
 """
 
 from __future__ import annotations
@@ -18,10 +33,8 @@ import fcntl
 import logging
 import os
 import re
-import sqlite3
 import urllib.error
 import urllib.request
-from contextlib import closing
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
@@ -41,9 +54,6 @@ _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 SUPPRESS_RUN_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
-# Where MLflow's SQL schema records artifact URIs (runs' and models' lie under their experiment's).
-ARTIFACT_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
-                    ("logged_models", "artifact_location"))
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +162,16 @@ def check_scheme(uri: str) -> None:
 
 
 def open_sqlite_store(results_dir: Path) -> None:
-    """Create the SQLite store if the tracking URI names one. The embedded store's artifacts
-    follow ``results_dir`` (the folder may have been moved); a store that MLFLOW_TRACKING_URI
-    names may be shared by several results folders, so its artifacts are left where they are."""
+    """Create the SQLite store if the tracking URI names one. When it is the embedded store of a
+    results folder that was moved or copied, warn (once per process) that MLflow looks for the
+    artifacts logged before at the old place (the module's docstring); a store that
+    MLFLOW_TRACKING_URI names may be shared by several results folders, so its artifact locations
+    are nobody's to judge."""
     uri = tracking_uri(results_dir)
-    if uri == embedded_uri(results_dir):
-        create_sqlite_store(uri, follow=artifact_root(results_dir))
-    elif uri.startswith("sqlite:///"):
+    if uri.startswith("sqlite:///"):
         create_sqlite_store(uri)
+    if uri == embedded_uri(results_dir):
+        warn_of_artifacts_elsewhere(uri, results_dir)
 
 
 def fail_fast_over_http() -> None:
@@ -214,10 +226,8 @@ def _refusal(uri: str, host: str, error: urllib.error.HTTPError) -> str:
             f" (or mlflow server --allowed-hosts {host})")
 
 
-def create_sqlite_store(uri: str, follow: str | None = None) -> None:
-    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock);
-    with ``follow``, an artifact root, also move the store's artifact URIs there
-    (:func:`follow_artifact_root`) under the same lock."""
+def create_sqlite_store(uri: str) -> None:
+    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock)."""
     from mlflow.tracking import MlflowClient
 
     database = Path(uri[len("sqlite:///"):])
@@ -232,39 +242,67 @@ def create_sqlite_store(uri: str, follow: str | None = None) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             MlflowClient(uri).search_experiments(max_results=1)
-            if follow:
-                follow_artifact_root(database, follow)
         except Exception as error:
             raise TrackingUnavailable(f"MLflow store {database}: {redact(str(error))}") from error
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def follow_artifact_root(database: Path, root: str) -> None:
-    """Rewrite the store's artifact URIs that lie under another folder's ``mlartifacts`` to lie
-    under ``root``: its results folder was moved or copied since they were recorded, and MLflow
-    stores them as absolute URIs (it resolves a relative location when the experiment is created,
-    against the working directory). Files are not moved: those already logged moved with the
-    folder. Each rewrite is logged; a store that never moved is only read."""
-    with closing(sqlite3.connect(database, timeout=60)) as db, db:  # one transaction
-        for old in _other_artifact_roots(db, root):
-            experiments, runs, _ = [_replace_prefix(db, table, column, old, root)
-                                    for table, column in ARTIFACT_COLUMNS]
-            log.warning("MLflow store %s: artifacts of %d experiment(s) and %d run(s) were under"
-                        " %s, outside this results folder (it was moved or copied); now under %s",
-                        database, experiments, runs, old, root)
+def local_artifacts(results_dir: Path) -> Path:
+    """The folder of the embedded store's artifacts, symbolic links resolved."""
+    return (results_dir / ARTIFACTS).resolve()
 
 
-def _replace_prefix(db: sqlite3.Connection, table: str, column: str, old: str, new: str) -> int:
-    """Replace the URI prefix ``old`` by ``new`` in ``table.column``; the number of rows changed."""
-    cut = len(old) + 1
-    return db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?)"
-                      f" WHERE {column} = ? OR substr({column}, 1, ?) = ?",
-                      (new, cut, old, cut, old + "/")).rowcount
+def lies_elsewhere(location: str, artifacts: Path) -> bool:
+    """Whether the artifact URI ``location`` is a local one inside another results folder's
+    ``mlartifacts`` than ``artifacts``: the folder was moved or copied since it was recorded.
+    Symbolic links are followed (one from the old place to the new one makes it valid again);
+    locations of other schemes, and local ones outside any ``mlartifacts`` (MLflow's own
+    ``Default`` experiment's ``./mlruns``), are not judged."""
+    parts = urlsplit(location)
+    if parts.scheme not in ("", "file"):
+        return False
+    path = Path(unquote(parts.path)).resolve()
+    return ARTIFACTS in path.parts and not path.is_relative_to(artifacts)
 
 
-def _other_artifact_roots(db: sqlite3.Connection, root: str) -> list[str]:
-    """The experiments' artifact locations that are another results folder's ``mlartifacts``."""
-    locations = {row[0] for row in db.execute("SELECT DISTINCT artifact_location FROM experiments")}
-    return sorted(location for location in locations - {root} if location
-                  and location.startswith("file://") and location.endswith("/" + ARTIFACTS))
+def artifacts_elsewhere(uri: str, results_dir: Path) -> dict[str, list[str]]:
+    """By artifact location, the names of the store's experiments whose artifacts are recorded
+    in another results folder's ``mlartifacts`` (:func:`lies_elsewhere`), read through MLflow's
+    client."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    artifacts = local_artifacts(results_dir)
+    found: dict[str, list[str]] = {}
+    for experiment in MlflowClient(uri).search_experiments(view_type=ViewType.ALL):
+        location = experiment.artifact_location or ""
+        if lies_elsewhere(location, artifacts):
+            found.setdefault(location, []).append(experiment.name)
+    return found
+
+
+_WARNED: set[tuple[str, str]] = set()  # (store, location) already warned about in this process
+
+
+def warn_of_artifacts_elsewhere(uri: str, results_dir: Path) -> None:
+    """One warning per process and location for the experiments whose artifacts MLflow looks for
+    in another results folder (this one was moved or copied; the module's docstring)."""
+    try:
+        elsewhere = artifacts_elsewhere(uri, results_dir)
+    except Exception as error:  # reading the store failed: whatever uses it next will say so
+        log.debug("MLflow store %s: artifact locations not read (%s)", uri, error)
+        return
+    for location, names in sorted(elsewhere.items()):
+        if (uri, location) in _WARNED:
+            continue
+        _WARNED.add((uri, location))
+        log.warning(
+            "MLflow store %s: the artifacts of %d experiment(s) (%s) are recorded under %s,"
+            " outside this results folder (moved or copied): MLflow keeps artifact locations"
+            " as absolute paths and has no call to change them, so its UI and download_artifacts"
+            " look there, while the files logged before are in %s; no artifact is logged to"
+            " their runs from here (a symbolic link from the old results folder to this one"
+            " makes the locations valid again)",
+            uri.removeprefix("sqlite:///"), len(names), ", ".join(sorted(names)), location,
+            local_artifacts(results_dir))
