@@ -39,7 +39,7 @@ import torch
 from reproduce.config import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003

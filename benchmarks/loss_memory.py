@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from reproduce.special_tokens import PAD
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk

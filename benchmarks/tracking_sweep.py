@@ -161,7 +161,7 @@ def lost_values(uri: str, result: dict) -> int:
     step."""
     from mlflow import MlflowClient
 
-    from reproduce.records import read_records
+    from reproduce.files import read_records
 
     store = MlflowClient(uri)
     records = read_records(Path(result["metrics_file"]))
@@ -177,7 +177,7 @@ def lost_values(uri: str, result: dict) -> int:
 
 def _values(metrics_file: Path) -> int:
     """The metric values of a ``metrics.jsonl``: one per key of each record, its step aside."""
-    from reproduce.records import read_records
+    from reproduce.files import read_records
 
     return sum(len(record) - 1 for record in read_records(metrics_file))
 

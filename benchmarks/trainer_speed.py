@@ -37,7 +37,7 @@ import torch
 from reproduce.config import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from reproduce.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,8 +23,8 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter,
                       ValidationError, field_validator, model_serializer, model_validator)
 
-from reproduce.data.text import UndecodableTextError, read_text
 from reproduce.errors import ConfigError  # callers import it from here too
+from reproduce.files import UndecodableTextError, read_text
 
 
 class Strict(BaseModel):

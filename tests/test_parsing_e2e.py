@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.data.text import read_lines
+from reproduce.files import read_lines
 from reproduce.parsing.evalb import bracket_scores
 from reproduce.parsing.trees import Tree, leaves, read_trees
 from tests.project_copy import copy_workflow

@@ -8,8 +8,8 @@ from reproduce.config import Cleaning, ConfigError, Source, load_experiment
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
 from reproduce.data.sgm import parse_sgm_text
-from reproduce.data.text import UndecodableTextError
 from reproduce.errors import DataError
+from reproduce.files import UndecodableTextError
 from reproduce.parsing.trees import TreeError
 from tests.corpus_archives import wmt_like_members, write_tgz, write_tgz_bytes
 

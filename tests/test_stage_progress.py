@@ -13,7 +13,7 @@ from reproduce.config import BpeConfig, Cleaning, ModelConfig, Source
 from reproduce.data import bpe
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
-from reproduce.data.text import count_lines, read_lines
+from reproduce.files import count_lines, read_lines
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.errors import ConfigError
 from reproduce.model.transformer import Transformer

@@ -18,7 +18,7 @@ from reproduce.config import Cleaning, ConfigError, Source, load_experiment, rea
 from reproduce.data.download import file_name
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.data.prepare import prepare_split
-from reproduce.data.text import NotJsonError, read_lines
+from reproduce.files import NotJsonError, read_lines
 from tests.corpus_archives import sgm, write_tgz_bytes
 from tests.project_copy import copy_workflow
 from tests.training_fixtures import write_encoded

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from reproduce.records import DamagedRecordsError, read_records
+from reproduce.files import DamagedRecordsError, read_records
 from reproduce.tables.results import read_training
 from reproduce.tracking import start_variant_run, tracking_uri
 from reproduce.training.trainer import Trainer

@@ -11,6 +11,8 @@ from reproduce.commands.arguments import (
     existing_file, output_file, seed_number,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
+from reproduce.errors import DataError
+from reproduce.files import read_json, write_json
 
 
 def _decode(commands: argparse._SubParsersAction) -> None:
@@ -98,8 +100,6 @@ def _summarize(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_summarize(args: argparse.Namespace) -> None:
-    from reproduce.data.text import write_json
-
     summary = {
         "dataset": args.dataset,
         "variant": args.variant,
@@ -112,9 +112,6 @@ def cmd_summarize(args: argparse.Namespace) -> None:
 
 def _scores(path: Path) -> dict:
     """A split's scores as ``score`` wrote them: a JSON object (the tables read its keys)."""
-    from reproduce.data.text import read_json
-    from reproduce.errors import DataError
-
     scores = read_json(path)
     if not isinstance(scores, dict):
         raise DataError(f"{path}: expected a JSON object of scores, as `reproduce score` writes, "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
-from reproduce.output_files import is_failed_write, written_whole
+from reproduce.files import is_failed_write, written_whole
 
 # What the standard library raises on a cut-short or corrupted archive or compressed stream.
 _DAMAGE = (EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, zlib.error)

@@ -13,8 +13,8 @@ import sentencepiece
 
 from reproduce.config import BpeConfig
 from reproduce.data.encoded import EncodedCorpusWriter
-from reproduce.data.text import count_lines, iter_lines
 from reproduce.errors import ConfigError, DataError, UnwritableOutputError
+from reproduce.files import count_lines, iter_lines
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 from reproduce.stage_progress import StageProgress
 

@@ -17,9 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
-from reproduce.data.text import read_json
 from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
-from reproduce.output_files import is_failed_write
+from reproduce.files import is_failed_write, read_json
 
 SIDES = ("source", "target")
 

@@ -11,7 +11,7 @@ logged and written to ``<split>.report.json`` beside ``<split>.src`` and ``<spli
 it streams: memory stays flat whatever the corpus size. Each source's pairs read, rate and ETA
 are logged as it goes (:mod:`reproduce.stage_progress`): minutes for a WMT training corpus.
 
-Input is checked here, where it enters: text must be UTF-8 (:mod:`reproduce.data.text` names the
+Input is checked here, where it enters: text must be UTF-8 (:mod:`reproduce.files` names the
 member and line otherwise), and a split keeping fewer than ``data.min_pairs`` pairs is an error
 naming the split and its sources, before BPE or training ever see it.
 """
@@ -31,10 +31,10 @@ from reproduce.config import Cleaning, Source
 from reproduce.data.archives import extract_member
 from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
-from reproduce.data.text import count_lines, iter_lines
 from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError, MissingInputError, UnwritableOutputError
-from reproduce.output_files import is_failed_write, write_text_whole
+from reproduce.files import (count_lines, is_failed_write, iter_lines, replaced_together,
+                             write_text_whole)
 from reproduce.parsing.linearize import linearize
 from reproduce.parsing.trees import leaves
 from reproduce.stage_progress import StageProgress
@@ -52,12 +52,10 @@ def prepare_split(
 ) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = out_dir / f".extract-{split}"
-    outputs = {side: out_dir / f"{split}.{side}" for side in ("src", "tgt")}
-    temporary = {side: path.with_name(path.name + ".tmp") for side, path in outputs.items()}
+    outputs = [out_dir / f"{split}.{side}" for side in ("src", "tgt")]
     report: dict = {"split": split, "sources": {}}
-    try:
-        with temporary["src"].open("w", encoding="utf-8") as src_out, \
-                temporary["tgt"].open("w", encoding="utf-8") as tgt_out:
+    try:  # both sides are renamed into place only once the split has enough pairs
+        with replaced_together(outputs, "w", encoding="utf-8") as (src_out, tgt_out):
             for source in sources:
                 counts: Counter = Counter()
                 with StageProgress(f"prepare {split}/{source.name}", None, "pairs",
@@ -79,18 +77,14 @@ def prepare_split(
                         tgt_out.write(target_text + "\n")
                 report["sources"][source.name] = dict(counts)
                 log.info("%s/%s: %s", split, source.name, json.dumps(dict(counts)))
-        report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
-        _check_enough_pairs(report, min_pairs)
-        for side in ("src", "tgt"):
-            temporary[side].replace(outputs[side])
+            report["kept"] = sum(entry.get("kept", 0) for entry in report["sources"].values())
+            _check_enough_pairs(report, min_pairs)
     except OSError as error:  # a write on src_out or tgt_out (a full disk) names no file
         if not is_failed_write(error):
             raise
         raise UnwritableOutputError(out_dir / f"{split}.src|tgt", error) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        for path in temporary.values():
-            path.unlink(missing_ok=True)
     report_path = out_dir / f"{split}.report.json"
     write_text_whole(report_path, json.dumps(report, indent=2) + "\n")
     return report

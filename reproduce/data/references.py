@@ -30,7 +30,7 @@ from reproduce.data.archives import extract_member
 from reproduce.data.download import file_name
 from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from reproduce.parsing.trees import format_tree
 
 _SEGMENT_LINE = re.compile(r"<seg.*?>(.*)</seg>.*?")

@@ -10,8 +10,8 @@ import html
 import re
 from pathlib import Path
 
-from reproduce.data.text import read_text
 from reproduce.errors import DataError
+from reproduce.files import read_text
 
 _SEGMENT = re.compile(r"<seg\b[^>]*>(.*?)</seg\s*>", re.IGNORECASE | re.DOTALL)
 

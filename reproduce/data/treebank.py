@@ -16,7 +16,7 @@ from typing import Iterator
 
 from reproduce.config import Source
 from reproduce.data.archives import extract_member, matching_members
-from reproduce.data.text import read_text
+from reproduce.files import read_text
 from reproduce.parsing.trees import Tree, TreeError, clean_tree, read_trees
 
 

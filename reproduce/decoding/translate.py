@@ -2,7 +2,7 @@
 
 Sentences are sorted by length and decoded in batches of ``max_sentences_per_batch`` (batching
 similar lengths wastes little on padding); the output keeps the input's line order and has
-exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.data.text`),
+exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.files`),
 and a translation holding a line break of its own is an error rather than a shifted file. An
 empty (or blank) source line gives an empty line, without running the model on it. Progress is
 logged as decoding goes (:mod:`reproduce.stage_progress`).
@@ -21,11 +21,10 @@ from pydantic import ValidationError
 
 from reproduce.config import DecodingConfig, ModelConfig, differing_settings
 from reproduce.data.bpe import load_sentencepiece
-from reproduce.data.text import read_lines
 from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import CheckpointError, DataError
+from reproduce.files import read_lines, write_text_whole
 from reproduce.model.architectures import Seq2Seq, build_model
-from reproduce.output_files import write_text_whole
 from reproduce.stage_progress import StageProgress
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint

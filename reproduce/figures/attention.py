@@ -23,9 +23,9 @@ import sentencepiece  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from reproduce.data.text import read_text  # noqa: E402
 from reproduce.decoding.translate import load_model  # noqa: E402
 from reproduce.errors import CheckpointError, UsageError  # noqa: E402
+from reproduce.files import read_text  # noqa: E402
 from reproduce.model.inspection import KINDS, attention_maps  # noqa: E402
 from reproduce.special_tokens import BOS, EOS  # noqa: E402
 from reproduce.tables.plots import save_figure  # noqa: E402

@@ -35,8 +35,8 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from reproduce.data.text import read_text
 from reproduce.errors import DataError
+from reproduce.files import read_text
 
 # Perl's s{...}{...}g scans left to right without overlaps, exactly like re.sub: "a-b-c"
 # becomes "a ##AT##-##AT## b-c" in both.

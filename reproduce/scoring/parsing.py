@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from reproduce.data.text import read_lines, read_text
-from reproduce.output_files import write_text_whole
+from reproduce.files import read_lines, read_text, write_text_whole
 from reproduce.parsing.evalb import BracketScoreError, bracket_scores
 from reproduce.parsing.linearize import delinearize
 from reproduce.parsing.trees import format_tree, read_trees

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reproduce.config import Experiment, ResolvedVariant
 from reproduce.errors import UsageError
+from reproduce.files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,6 @@ def score_split(experiment: Experiment, variant: ResolvedVariant, split: str,
     the result whether or not it answers. The checkpoint is refused, as decoding refuses it, when
     trained with other settings than the variant now has."""
     from reproduce.config import trained_settings
-    from reproduce.data.text import write_json
     from reproduce.scoring.perplexity import checkpoint_perplexity
     from reproduce.tracking import log_best_effort, variant_run_for
 

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import LogFormatter  # noqa: E402
 
-from reproduce.output_files import written_whole  # noqa: E402
+from reproduce.files import written_whole  # noqa: E402
 from reproduce.tables.results import VariantResults  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from reproduce.config import Experiment
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure, save_figure
 from reproduce.tables.results import read_training
 from reproduce.tables.table2 import build_table2, table2_caption

@@ -17,8 +17,9 @@ from typing import Any
 
 from reproduce.config import Experiment, trained_settings
 from reproduce.errors import DataError
-from reproduce.records import dev_curve, read_records
+from reproduce.files import read_records
 from reproduce.tables.outputs import SCORES_FILE
+from reproduce.training.progress import dev_curve
 from reproduce.training.staleness import NOT_RECORDED, changed_settings
 
 
@@ -96,7 +97,7 @@ def read_training(results_dir: Path, experiment: Experiment, variant: str,
         return VariantResults(summary=summary, scores=None, dev_curve=[], changed=tuple(changed))
     if summary is not None:  # finished: its summary holds the curve
         curve = summary.get("dev_curve", [])
-    else:  # training (:func:`reproduce.records.read_records` leaves a torn last line out)
+    else:  # training (:func:`reproduce.files.read_records` leaves a torn last line out)
         curve = dev_curve(read_records(folder / "train" / "metrics.jsonl"))
     return VariantResults(summary=summary, scores=_read_scores(folder), dev_curve=curve)
 

@@ -28,8 +28,8 @@ from torch import nn
 from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from reproduce.files import write_text_whole
 from reproduce.model.attention import SelfAttention
-from reproduce.output_files import write_text_whole
 from reproduce.tables.plots import save_figure, table1_figure
 
 ANALYTIC = pd.DataFrame(

@@ -39,7 +39,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from reproduce.records import read_records
+from reproduce.files import read_records, write_text_whole
 from reproduce.tracking.store import (
     artifact_root, embedded_uri, fail_fast_over_http, is_server, lies_elsewhere, local_artifacts,
     open_sqlite_store, prepare_store, redact, redact_credentials_in_logs, tracking_uri,
@@ -349,10 +349,7 @@ def start_variant_run(
         run_name=run_name(variant, seed),
         tags={**_run_tags(dataset, variant, seed, "train"), "table3_row": table3_row or ""},
     )
-    run_id_dir.mkdir(parents=True, exist_ok=True)
-    temporary = recorded.with_name(recorded.name + ".tmp")
-    temporary.write_text(run.info.run_id)
-    temporary.replace(recorded)
+    write_text_whole(recorded, run.info.run_id)  # its folder made
     return VariantRun(client, run.info.run_id, metrics_file, _artifacts_in(results_dir))
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from reproduce.errors import CheckpointError  # callers import it from here too
+from reproduce.files import fsync_directory, replaced_whole
 
 log = logging.getLogger(__name__)
 
@@ -79,27 +80,14 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def _fsync_directory(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _write_durably(path: Path, write) -> None:
-    """``write(stream)`` into ``<path>.tmp``, fsync, rename over ``path``, fsync the folder.
-    On failure the ``.tmp`` is removed and a one-line :class:`CheckpointError` names ``path``."""
-    temporary = path.with_name(path.name + ".tmp")
+    """``write(stream)`` into ``<path>.tmp``, fsync, rename over ``path``, fsync the folder
+    (:func:`reproduce.files.replaced_whole`). On failure the ``.tmp`` is removed and a one-line
+    :class:`CheckpointError` names ``path``."""
     try:
-        with temporary.open("wb") as stream:
+        with replaced_whole(path, "wb") as stream:
             write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        temporary.replace(path)
-        _fsync_directory(path.parent)
     except (OSError, RuntimeError) as error:  # torch reports a full disk as a RuntimeError
-        temporary.unlink(missing_ok=True)
         reason = (error.strerror if isinstance(error, OSError) and error.strerror
                   else str(error).splitlines()[0])
         raise CheckpointError(f"{path}: cannot write ({reason}); check the folder is writable and "
@@ -295,6 +283,6 @@ def set_aside(variant_dir: Path) -> Path | None:
     destination.mkdir()
     for folder in present:
         folder.rename(destination / folder.name)
-    _fsync_directory(variant_dir)
+    fsync_directory(variant_dir)
     log.warning("moved %s aside into %s", ", ".join(folder.name for folder in present), destination)
     return destination

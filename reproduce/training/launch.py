@@ -43,7 +43,7 @@ import torch
 from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ConfigError, ReproduceError
-from reproduce.output_files import write_text_whole
+from reproduce.files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,

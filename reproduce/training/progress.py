@@ -11,6 +11,9 @@ how far the run is, how fast it goes now and when it should end:
 checkpoint's ``totals.wall_seconds``; evaluation and checkpoint writing are not in it). The ETA
 divides the steps left by the steps per second of the last window alone, so that neither the
 first segment's warm-up nor the steps before a resume, made on another machine perhaps, skew it.
+
+The dev curve (:func:`dev_curve`) is the progress of the dev loss, read from the run's metrics
+log (``train/metrics.jsonl``) for its summary and for the tables of a run still training.
 """
 
 from __future__ import annotations
@@ -68,3 +71,11 @@ def progress_line(step: int, total_steps: int, loss: float, lr: float, rates: di
             f"target tokens/s {rates['target_tokens_per_second']:.0f} "
             f"steps/s {steps_per_second:.3g} elapsed {format_duration(elapsed_seconds)} "
             f"ETA {format_duration(left)}")
+
+
+def dev_curve(records: list[dict]) -> list[dict]:
+    """The dev rows (``step``, ``dev_loss``, ``dev_perplexity``) of a metrics log by step; a step
+    logged twice (training resumed from an earlier checkpoint) keeps its last."""
+    latest = {record["step"]: record for record in records if "dev_perplexity" in record}
+    return [{key: latest[step][key] for key in ("step", "dev_loss", "dev_perplexity")
+             if key in latest[step]} for step in sorted(latest)]

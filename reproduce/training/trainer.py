@@ -61,8 +61,7 @@ from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.dropout import step_key
 from reproduce.model.flops import model_flops, peak_flops
-from reproduce.output_files import write_text_whole
-from reproduce.records import dev_curve, read_records, write_records
+from reproduce.files import append_record, read_records, write_records, write_text_whole
 from reproduce.training import distributed
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
 from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
@@ -71,7 +70,7 @@ from reproduce.training.interruption import Interruption
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, can_compute_in,
                                           has_bf16_units, resolve_precision)
-from reproduce.training.progress import ThroughputWindow, progress_line
+from reproduce.training.progress import ThroughputWindow, dev_curve, progress_line
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.schedule import learning_rate
 from reproduce.training.teacher_forcing import TeacherForcedStates
@@ -294,7 +293,7 @@ class Trainer:
 
     def _truncate_metrics_after(self, step: int) -> None:
         """Keep the records up to ``step`` (those after it are recorded again as the run goes
-        on); a torn last line (:mod:`reproduce.records`) goes too, before anything is appended."""
+        on); a torn last line (:mod:`reproduce.files`) goes too, before anything is appended."""
         if self.metrics_path.exists():
             kept = [record for record in read_records(self.metrics_path) if record["step"] <= step]
             write_records(self.metrics_path, kept)
@@ -303,8 +302,7 @@ class Trainer:
         if self.rank != 0:
             return
         self.train_dir.mkdir(parents=True, exist_ok=True)
-        with self.metrics_path.open("a") as stream:
-            stream.write(json.dumps({"step": self.step, **metrics}) + "\n")
+        append_record(self.metrics_path, {"step": self.step, **metrics})
         if self.on_metrics is not None:
             self.on_metrics(metrics, self.step)
 

@@ -17,7 +17,7 @@ from reproduce.config import (
     trained_settings,
 )
 from reproduce.data.download import file_name as download_name
-from reproduce.data.text import read_json
+from reproduce.files import read_json
 from reproduce.errors import ReproduceError
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
