@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import Cleaning, ConfigError, Source, load_experiment, read_yaml
+from reproduce.config import Cleaning, ConfigError, Source
+from reproduce.experiment_file import load_experiment, read_yaml
 from reproduce.data.download import file_name
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.data.prepare import prepare_split

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.tracking import (
     TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store, run_description,
     start_training_run, start_variant_run, tables_run, tracking_uri,

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 from mlflow.tracking import MlflowClient
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.tracking import TrackingUnavailable, prepare_store
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
