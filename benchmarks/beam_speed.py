@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_text_whole

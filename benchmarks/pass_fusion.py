@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.training.batching import MicroBatchStream, device_passes
 from reproduce.training.trainer import Trainer
@@ -78,7 +78,8 @@ def count_operations(args) -> None:
         variant = _variant("configs/wmt14_en_de.yaml", "base", BASE_WIDTHS,
                            {"steps": 10, "tokens_per_step": args.tokens_per_step,
                             "precision": "fp32", "compile": False})
-        trainer = Trainer(variant, "synthetic", train, dev, folder / "run")
+        experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+        trainer = Trainer(variant, experiment, train, dev, folder / "run")
         trainer._train_step()  # warm-up: allocations, first shapes
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             outcome = trainer._train_step()
@@ -97,7 +98,8 @@ def measure_speed(args) -> None:
                         "eval_every_steps": 10 * args.steps, "compile": False})
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        summary = Trainer(variant, "tiny", args.train, args.dev, Path(scratch)).run()
+        experiment = load_experiment(ROOT / "configs/tiny.yaml")
+        summary = Trainer(variant, experiment, args.train, args.dev, Path(scratch)).run()
         seconds = time.perf_counter() - started
     passes = summary.get("mean_passes_per_step", "one per micro-batch (8)")
     print(json.dumps({"target_tokens_per_second": round(summary["target_tokens_per_second"]),

@@ -43,7 +43,7 @@ SYSTEM_METRICS_SECONDS = 10.0  # MLflow's sampling interval, as trainings run it
 
 def sweep_variants() -> list[tuple[str, str]]:
     """(experiment file, variant) of every variant a Table 3 sweep trains, both datasets."""
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
 
     return [(path, name) for path in EXPERIMENTS
             for name in load_experiment(ROOT / path).variants]
@@ -93,7 +93,7 @@ def client(experiment_file: str, variant_name: str, uri: str, folder: str, log_c
     metrics ``speedup`` times as often as a training's."""
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = str(SYSTEM_METRICS_SECONDS / speedup)
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
     from reproduce.tracking import start_training_run
 
     calls: list = []
@@ -202,7 +202,7 @@ def main() -> None:
 
     variants = sweep_variants()
     chosen = [variants[index % len(variants)] for index in range(args.clients)]
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
 
     log_every = {path: load_experiment(ROOT / path).training.log_every_steps
                  for path in EXPERIMENTS}

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
 from reproduce.files import write_text_whole
@@ -100,9 +100,11 @@ def main() -> None:
         print(f"synthetic corpus: {args.pairs} pairs in {time.perf_counter() - started:.0f} s")
         variant = variant_for(args.size, args.steps, args.log_every, args.compile, args.precision,
                               args.tokens_per_step)
-        trainer = Trainer(variant, "synthetic", train, dev, folder / "run")
+        experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+        trainer = Trainer(variant, experiment, train, dev, folder / "run")
         summary = trainer.run()
-        windows = [json.loads(line) for line in trainer.metrics_path.read_text().splitlines()]
+        records = trainer.records.metrics_path.read_text().splitlines()
+        windows = [json.loads(line) for line in records]
         windows = [row for row in windows if "target_tokens_per_second" in row]
 
     figures = trainer_figures(summary, windows, args.size, args.compile)

@@ -1,8 +1,9 @@
 """Checkpoint averaging (section 6.1): the parameters of the last 5 (base) or 20 (big)
 checkpoints, written at fixed intervals, are averaged into the model used for Table 2.
 
-Only checkpoints of one run are averaged: they must record the same training settings
-(fingerprint); the average carries that fingerprint on, so that decoding can check it.
+Only checkpoints of one run are averaged (:func:`reproduce.provenance.same_run`); the average
+carries their identity on (:class:`reproduce.provenance.ModelIdentity`), so that decoding can
+check it.
 
 The pipeline averages what training listed in its manifest (``train/checkpoints.json``,
 :func:`average_manifest`): the checkpoints on the save grid, which every run of the same settings
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from reproduce.errors import CheckpointError, UsageError
+from reproduce.provenance import recorded_identity, same_run
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
                                             on_grid, save_checkpoint, sidecar_path)
 
@@ -29,7 +31,7 @@ def average_checkpoints(paths: list[Path]) -> dict:
     """The element-wise mean of the models in ``paths`` (in float64, cast back to each dtype)."""
     states = [load_checkpoint(path) for path in paths]
     for path, state in zip(paths[1:], states[1:], strict=True):
-        if state.get("fingerprint") != states[0].get("fingerprint"):
+        if not same_run(state, states[0]):
             raise CheckpointError(
                 f"{path}: trained with other settings (fingerprint {state.get('fingerprint')}) "
                 f"than {paths[0]} ({states[0].get('fingerprint')}); only checkpoints of one run "
@@ -48,10 +50,7 @@ def average_checkpoints(paths: list[Path]) -> dict:
         else:
             raise CheckpointError(f"integer tensor {name!r} differs between {paths[0]} and the "
                                   "others")
-    identity = {key: states[-1][key] for key in ("model_config", "vocab_size", "settings",
-                                                 "fingerprint", "spm_model_sha256")
-                if key in states[-1]}
-    return {"model": averaged, **identity, "step": states[-1]["step"],
+    return {"model": averaged, **recorded_identity(states[-1]), "step": states[-1]["step"],
             "averaged_steps": [state["step"] for state in states]}
 
 

@@ -12,19 +12,12 @@ naming the file and the key (:class:`ConfigError`).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import re
-from collections.abc import Hashable
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter,
-                      ValidationError, field_validator, model_serializer, model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
+                      field_validator, model_validator)
 
 from reproduce.errors import ConfigError  # callers import it from here too
-from reproduce.files import UndecodableTextError, read_text
 
 
 class Strict(BaseModel):
@@ -93,7 +86,7 @@ class DownloadLimits(Strict):
     averages fewer than ``min_rate_bytes_per_second`` over ``min_rate_window_seconds`` is retried
     (resuming; 0 bytes/s: no minimum). The defaults let the largest WMT14 archive (2.6 GB) through
     at 150 kB/s, and a dead connection go in two minutes. Settings of the machine's network, not
-    of the data: outside every fingerprint (:func:`trained_settings`)."""
+    of the data: outside every fingerprint (:func:`reproduce.provenance.trained_settings`)."""
 
     deadline_minutes: float = Field(default=360, gt=0)
     min_rate_bytes_per_second: int = Field(default=1024, ge=0)
@@ -183,18 +176,6 @@ class ModelConfig(Strict):
                               f"has d_model/2 units per direction), got {self.d_model}")
         return self
 
-    @model_serializer(mode="wrap")
-    def _transformer_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
-        """A Transformer's settings leave out ``architecture`` and ``rnn_attention``, so its
-        :func:`trained_settings` and fingerprint are those it had before the rnn existed and its
-        runs still resume."""
-        dumped = handler(self)
-        if self.architecture == "transformer":
-            dumped.pop("architecture")
-            dumped.pop("rnn_attention")
-        return dumped
-
-
 class CheckpointConfig(Strict):
     every_steps: int = Field(default=1000, gt=0)
     # Also save when this many minutes of wall-clock time passed since the last save
@@ -255,16 +236,6 @@ class TrainingConfig(Strict):
     # pays: fewer kernel launches, the dropout hash fused), eager on CPUs (compiling costs more
     # than it saves there). The weights do not depend on it beyond float summation order.
     compile: Literal[True, False, "auto"] = "auto"
-
-    @model_serializer(mode="wrap")
-    def _unclipped_settings_as_before(self, handler: SerializerFunctionWrapHandler) -> dict:
-        """Without clipping the settings leave out ``clip_norm``, so that the
-        :func:`trained_settings` and fingerprint of an unclipped run are those it had before
-        clipping existed and its checkpoints still resume."""
-        dumped = handler(self)
-        if self.clip_norm is None:
-            dumped.pop("clip_norm")
-        return dumped
 
     @model_validator(mode="after")
     def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":
@@ -328,13 +299,6 @@ class DecodingConfig(Strict):
     max_sentences_per_batch: int = Field(default=64, gt=0)
 
 
-# Slurm settings (partition, account, GPUs, time...) are not the science: they live in the
-# Snakemake profile (slurm/config.yaml, set-resources: train), with every other job's.
-MOVED_TO_PROFILE = ("resources: Slurm settings are no longer part of an experiment file; set them "
-                    "for training in the profile (slurm/config.yaml, set-resources: train) and "
-                    "delete this section")
-
-
 class TrainingPlan(TrainingConfig):
     """An experiment file's training section, where ``seed`` may list seeds (``[1, 2, 3]``): the
     variant is then trained once per seed, each training with these settings and that one seed
@@ -371,12 +335,6 @@ def _seed_problem(error: dict[str, Any]) -> str:
     return f"item {location[0]}: {error['msg']}" if location else error["msg"]
 
 
-def _refuse_resources(values: Any) -> Any:
-    if isinstance(values, dict) and "resources" in values:
-        raise ConfigError(MOVED_TO_PROFILE)
-    return values
-
-
 class Variant(Strict):
     """One row of Table 3 (or the base/big models of Table 2) as overrides of the base."""
 
@@ -386,11 +344,6 @@ class Variant(Strict):
     model: dict[str, Any] = {}
     training: dict[str, Any] = {}
     decoding: dict[str, Any] = {}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_resources(cls, values: Any) -> Any:
-        return _refuse_resources(values)
 
 
 class ResolvedVariant(Strict):
@@ -447,11 +400,6 @@ class Experiment(Strict):
     scoring: ScoringConfig = ScoringConfig()
     # Dev/test splits decoded for every variant.
     splits: list[Literal["dev", "test"]] = ["dev", "test"]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_resources(cls, values: Any) -> Any:
-        return _refuse_resources(values)
 
     @field_validator("variants")
     @classmethod
@@ -542,66 +490,6 @@ class Experiment(Strict):
         return sections
 
 
-# --------------------------------------------------------------------------------------------
-# What a trained model depends on
-# --------------------------------------------------------------------------------------------
-# Keys of ``training`` that change neither the weights nor the data they are trained on: how
-# often to log, evaluate and save, and how many checkpoints to keep and average. ``steps`` is
-# compared on its own: raising it continues a run.
-# Neither how a step is cut into passes (max_tokens_per_device), nor the padding of their
-# tensors, nor compilation changes the weights, beyond float summation order: a run may resume
-# on a GPU of another size.
-_NOT_TRAINED_ON = {"steps", "log_every_steps", "eval_every_steps", "checkpoints", "average_last",
-                   "compile", "max_tokens_per_device", "pad_to_multiple"}
-
-
-def trained_settings(variant: ResolvedVariant,
-                     experiment: Experiment | None = None) -> dict[str, Any]:
-    """Every setting that shapes the weights of ``variant`` after a given number of steps, as
-    ``{"model.dropout": 0.1, "data.train.0.url": ..., ...}``: the model, the training settings
-    (but :data:`_NOT_TRAINED_ON`) and, given the ``experiment``, the languages, the train and dev
-    sources (dev gives the reported dev loss) and cleaning, and the BPE settings that make the
-    token ids. Test data and decoding are not part of it, nor are Slurm settings (the trainer makes
-    every world size compute the same step)."""
-    sections: dict[str, Any] = {
-        "model": variant.model.model_dump(mode="json"),
-        "training": variant.training.model_dump(mode="json", exclude=_NOT_TRAINED_ON),
-    }
-    if experiment is not None:
-        sections["languages"] = [experiment.source_lang, experiment.target_lang]
-        sections["data"] = experiment.data.model_dump(
-            mode="json", exclude={"mirror_dir", "download", "test"})
-        sections["bpe"] = experiment.bpe.model_dump(mode="json")
-    flat: dict[str, Any] = {}
-    _flatten(sections, "", flat)
-    return flat
-
-
-def fingerprint(settings: dict[str, Any]) -> str:
-    """A short digest of :func:`trained_settings`, stable across runs and machines."""
-    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def differing_settings(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: recorded -> current`` for every key whose value differs (or exists on one side)."""
-    missing = "(absent)"
-    return [f"{key}: {recorded.get(key, missing)!r} -> {current.get(key, missing)!r}"
-            for key in sorted(recorded.keys() | current.keys())
-            if recorded.get(key, missing) != current.get(key, missing)]
-
-
-def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(item, f"{prefix}{key}.", into)
-    elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
-        for index, item in enumerate(value):
-            _flatten(item, f"{prefix}{index}.", into)
-    else:
-        into[prefix.removesuffix(".")] = value
-
-
 def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in overrides.items():
@@ -623,95 +511,3 @@ def describe_validation_error(error: ValidationError, prefix: str) -> str:
             message += f" (got {item.get('input')!r})"
         lines.append(f"{location}: {message}" if location else message)
     return "; ".join(lines)
-
-
-# --------------------------------------------------------------------------------------------
-# Reading configuration files
-# --------------------------------------------------------------------------------------------
-class _ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, less two ways it silently changes what a file says.
-
-    A key given twice in one mapping is an error (PyYAML keeps the last: a second ``model:``
-    section would drop the first unseen), and a float written with an exponent but no dot or no
-    exponent sign (``1e-9``, ``1.0e5``) is a float, as in YAML 1.2 and JSON (PyYAML's YAML 1.1
-    reads it as a string, which a strict float field would refuse).
-    """
-
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
-        if isinstance(node, yaml.MappingNode):
-            self._refuse_duplicate_keys(node)
-        return super().construct_mapping(node, deep=deep)
-
-    def _refuse_duplicate_keys(self, node: yaml.MappingNode) -> None:
-        """Keys merged in by ``<<`` may be overridden; keys written in the mapping may not."""
-        first_lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, Hashable):
-                continue  # PyYAML reports an unhashable key itself
-            line = key_node.start_mark.line + 1
-            if key in first_lines:
-                raise yaml.constructor.ConstructorError(
-                    problem=f"key {key!r} given twice, at lines {first_lines[key]} and {line} "
-                            "(give it once)",
-                    problem_mark=key_node.start_mark)
-            first_lines[key] = line
-
-
-_ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def read_yaml(path: str | Path) -> Any:
-    """The content of a YAML configuration file, read with :class:`_ConfigLoader`; a file that
-    cannot be read, is not UTF-8 or is not valid YAML is a one-line :class:`ConfigError` naming
-    the file and the line."""
-    path = Path(path)
-    try:
-        text = read_text(path)
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read configuration file ({error.strerror})") from None
-    except UndecodableTextError as error:
-        raise ConfigError(str(error)) from None
-    try:
-        return yaml.load(text, Loader=_ConfigLoader)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}{_yaml_position(error)}: not valid YAML: "
-                          f"{_yaml_problem(error)}") from None
-
-
-def _yaml_position(error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None)
-    return f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """PyYAML's problem on one line (its ``str`` spans several, quoting the offending line)."""
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
-        context = f"{error.context}: " if error.context else ""
-        return f"{context}{error.problem}"
-    return " ".join(str(error).split())
-
-
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file; errors name the file and the offending key.
-
-    Validation is strict (pydantic's strict mode): a YAML ``true`` or a quoted ``"6"`` where a
-    number belongs is refused rather than read as 1 or 6; a float field still takes an integer.
-    Strictness is asked for here, where file content enters, rather than on :class:`Strict`:
-    :class:`~reproduce.training.slurm_request.SlurmRequest` shares that base and parses
-    ``name=value`` strings, which must stay convertible.
-    """
-    path = Path(path)
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
-    try:
-        return Experiment.model_validate(raw, strict=True)
-    except ValidationError as error:
-        raise ConfigError(f"{path}: {describe_validation_error(error, prefix='')}") from None

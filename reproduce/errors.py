@@ -11,13 +11,12 @@ cannot, or a distinct exit status. Otherwise it raises the kind, and the message
 
     ReproduceError
     ├── ConfigError          an experiment file, a Slurm request or a setting (ValueError)
-    │   └── TrackingUnavailable (reproduce.tracking.store), StaleTrainingError
+    │   └── StaleTrainingError (reproduce.provenance)
     ├── UsageError           command-line options that do not fit together or the files (ValueError)
     ├── DataError            an input file's content: corpus, text, JSON, trees, scores (ValueError)
-    │   └── TreeError, BracketScoreError, UndecodableTextError, NotJsonError, DamagedRecordsError
+    │   └── TreeError, BracketScoreError, UndecodableTextError
     ├── MissingInputError    an input an earlier stage should have written (FileNotFoundError)
     ├── CheckpointError      a checkpoint unreadable, refused, or not fitting the run (ValueError)
-    │   └── SettingsMismatchError
     ├── UnwritableOutputError  an output that cannot be written: a full disk, a read-only folder
     └── DownloadError, VariantLockedError, LossScaleError, NonFiniteLossError, PeerLostError,
         TrainingJobRefused

@@ -26,7 +26,7 @@ is the only damage appending can do, so :func:`read_records` leaves a torn last 
 warning naming the file, and the writer rewrites the file without it (:func:`write_records`)
 before appending again: a record appended after a torn line would otherwise be glued to it. A bad
 line anywhere before the last is not the trace of an interrupted append but of another writer or
-an edit, and is refused (:class:`DamagedRecordsError`, file and line named). Readers (the tables,
+an edit, and is refused (:class:`DataError`, file and line named). Readers (the tables,
 MLflow's replay) never rewrite: a training may be appending to the file as they read it, and its
 half-written line is not damage.
 """
@@ -50,12 +50,6 @@ class UndecodableTextError(DataError):
     """A text file holds bytes that are not UTF-8."""
 
 
-class NotJsonError(DataError):
-    """A file expected to hold JSON does not."""
-
-
-class DamagedRecordsError(DataError):
-    """A line before the last of an append-only file is not a JSON record."""
 
 
 # -- reading text ----------------------------------------------------------------------------------
@@ -99,7 +93,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(read_text(path))
     except json.JSONDecodeError as error:
-        raise NotJsonError(f"{path} line {error.lineno} column {error.colno}: not JSON "
+        raise DataError(f"{path} line {error.lineno} column {error.colno}: not JSON "
                            f"({error.msg})") from None
 
 
@@ -230,7 +224,7 @@ def _parse(line: bytes) -> dict:
 def read_records(path: Path) -> list[dict]:
     """The records of ``path`` in order (none when it does not exist); blank lines are skipped,
     a torn last line is left out with a warning, a bad line before it raises
-    :class:`DamagedRecordsError`."""
+    :class:`DataError`."""
     if not path.exists():
         return []
     lines = [(number, line) for number, line in enumerate(path.read_bytes().split(b"\n"), start=1)
@@ -241,7 +235,7 @@ def read_records(path: Path) -> list[dict]:
             records.append(_parse(line))
         except _NotARecord as reason:
             if number != lines[-1][0]:
-                raise DamagedRecordsError(
+                raise DataError(
                     f"{path}:{number}: not a JSON line ({reason}); only the last line can be torn "
                     f"by an interrupted append: remove or repair this one") from None
             log.warning("%s: its last line (%d) is a torn record (%s), an append cut short; "

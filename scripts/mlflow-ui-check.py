@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reproduce.cli import main as reproduce  # noqa: E402
-from reproduce.config import load_experiment  # noqa: E402
+from reproduce.experiment_file import load_experiment  # noqa: E402
 from reproduce.tracking import flat_params, start_variant_run  # noqa: E402
 from reproduce.tracking.datasets import dataset_inputs  # noqa: E402
 from reproduce.tracking.view import addresses  # noqa: E402

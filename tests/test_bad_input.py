@@ -27,13 +27,14 @@ import pytest
 import torch
 import yaml
 
-from reproduce.config import BpeConfig, ModelConfig, Source, load_experiment, trained_settings
+from reproduce.config import BpeConfig, ModelConfig, Source
+from reproduce.experiment_file import load_experiment
+from reproduce.provenance import trained_settings
 from reproduce.data.bpe import train_sentencepiece
 from reproduce.data.download import file_name
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.model.transformer import Transformer
 from reproduce.training.checkpoints import save_checkpoint
-from reproduce.training.staleness import NOT_RECORDED
 from tests.corpus_archives import write_tgz, write_tgz_bytes
 from tests.training_fixtures import write_encoded
 from tests.local_http_server import serving
@@ -811,7 +812,7 @@ OLD_SUMMARY = {"dataset": "tiny", "variant": "base", "steps": 10, "parameters": 
 
 
 def _old_summary(world: World) -> list:
-    """A finished base variant whose summary was written before summaries recorded settings."""
+    """A finished base variant whose summary records no settings (written by hand, or cut)."""
     results = _results_with(world, "old", {
         "train/summary.json": json.dumps(OLD_SUMMARY).encode(),
         "bleu.json": json.dumps({"dev": {"tokenized_bleu": 12.5, "perplexity": 3.0},
@@ -824,7 +825,8 @@ def _not_recorded_not_shown(world: World, result: subprocess.CompletedProcess) -
     _ran(result)
     row = next(row for row in csv.DictReader((world.root / "tables-old/table3.csv").open())
                if row["variant"] == "base")
-    assert f"seed 1: stale: {NOT_RECORDED}" in row["status"]  # seed 2: not started
+    assert "seed 1: stale: trained with other settings (" in row["status"]  # seed 2: not started
+    assert "model.d_model: '(absent)' -> 64" in row["status"]
     assert row["BLEU (dev)"] == row["PPL (dev)"] == row["params x10^6"] == ""
     base = world.root / "results-old/tiny/base/seed-1"
     assert json.loads((base / "train/summary.json").read_text()) == OLD_SUMMARY  # left as it is

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

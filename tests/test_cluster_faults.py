@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.errors import ConfigError
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
                                             sidecar_path)
@@ -34,7 +34,7 @@ from reproduce.training.variant_lock import VariantLock
 from tests.project_copy import copy_workflow
 from tests.test_faults import _alive, _holder_pid, _wait_for
 from tests.test_training import _key_bias_masks
-from tests.training_fixtures import ROOT, corpus_pair, random_corpus, small_variant
+from tests.training_fixtures import TINY, ROOT, corpus_pair, random_corpus, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -181,7 +181,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
     assert rerun.returncode == 0, stderr[-3000:]
     variant = load_experiment(workdir / "configs/tiny.yaml").variant("base")
     train, dev = workdir / "results/tiny/encoded/train", workdir / "results/tiny/encoded/dev"
-    Trainer(variant, "tiny", train, dev, tmp_path / "straight").run()
+    Trainer(variant, TINY, train, dev, tmp_path / "straight").run()
     _assert_same_model(variant, tmp_path / "straight", folder)
 
 
@@ -255,7 +255,7 @@ def test_a_lost_rank_ends_the_job_and_the_rerun_resumes(corpora, tmp_path, monke
     steps = _checkpoints_verify(folder) + 3
     launch_training(experiment, small_variant(steps=steps), *corpora, folder, tmp_path,
                     launcher="local", tasks=2)
-    Trainer(small_variant(steps=steps), "t", *corpora, tmp_path / "straight").run()
+    Trainer(small_variant(steps=steps), TINY, *corpora, tmp_path / "straight").run()
     _assert_same_model(small_variant(steps=steps), tmp_path / "straight", folder)
 
 

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import ConfigError, differing_settings, load_experiment, trained_settings
+from reproduce.config import ConfigError
+from reproduce.provenance import differing_settings, trained_settings
+from reproduce.experiment_file import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -229,21 +231,20 @@ def test_the_shipped_rnn_variants_stay_out_of_table_3_and_fill_table_2():
     assert (model.layers, model.d_model, model.dropout) == (4, 1000, 0.2)  # Luong et al. 2015
 
 
-def test_a_transformers_trained_settings_do_not_name_the_architecture():
-    """Settings (and fingerprints) of Transformer runs are those before the rnn existed."""
+def test_trained_settings_hold_every_model_and_training_setting_but_those_not_trained_on():
+    """The architecture and its recurrent-only settings, clipping even when off: every field of
+    the model and training sections is a setting, but those that do not shape the weights."""
+    from reproduce.provenance import NOT_TRAINED_ON
+
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
     base = trained_settings(experiment.variant("base"), experiment)
-    assert not any(key.startswith(("model.architecture", "model.rnn_attention")) for key in base)
+    assert (base["model.architecture"], base["training.clip_norm"]) == ("transformer", None)
     rnn = trained_settings(experiment.variant("rnn"), experiment)
-    assert (rnn["model.architecture"], rnn["model.rnn_attention"]) == ("rnn", "multiplicative")
-
-
-def test_unclipped_runs_keep_the_trained_settings_they_had_before_clipping_existed():
-    """So that their fingerprints stay, and their checkpoints resume; clipping is a setting."""
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    assert "training.clip_norm" not in trained_settings(experiment.variant("base"), experiment)
-    assert trained_settings(experiment.variant("rnn"), experiment)["training.clip_norm"] == 5
-    assert trained_settings(experiment.variant("base"))["training.precision"] == "fp32"
+    assert (rnn["model.architecture"], rnn["training.clip_norm"]) == ("rnn", 5)
+    fields = type(experiment.variant("base").training).model_fields
+    assert {key for key in base if key.startswith("training.")} == {
+        f"training.{name}" for name in fields if name not in NOT_TRAINED_ON}
+    assert base["training.precision"] == "fp32" and base["bpe.vocab_size"] > 0
 
 
 @pytest.mark.parametrize(("role", "variant", "message"), [
@@ -277,13 +278,15 @@ def test_a_variant_overriding_one_nested_key_keeps_the_bases_others(tmp_path):
 
 
 def test_another_seed_trains_other_weights_so_a_checkpoint_cannot_be_resumed_with_it():
-    from reproduce.config import fingerprint
+    from reproduce.provenance import fingerprint
 
     variant = load_experiment(ROOT / "configs/tiny.yaml").variant("base")
     reseeded = variant.model_copy(
         update={"training": variant.training.model_copy(update={"seed": 7})})
-    assert trained_settings(variant)["training.seed"] == variant.training.seed
-    assert fingerprint(trained_settings(reseeded)) != fingerprint(trained_settings(variant))
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    assert trained_settings(variant, experiment)["training.seed"] == variant.training.seed
+    assert (fingerprint(trained_settings(reseeded, experiment))
+            != fingerprint(trained_settings(variant, experiment)))
 
 
 def test_a_list_of_seeds_resolves_to_one_training_per_seed_each_with_one_seed():

@@ -60,9 +60,10 @@ def _planned(workdir: Path, target: str = "all") -> dict[str, int]:
 
 def _stand_in(path: Path) -> str:
     """A stand-in output; a summary records the settings it was trained with, as training's do
-    (one without them is stale: reproduce.training.staleness)."""
+    (one without them is stale: reproduce.provenance)."""
     if path.name == "summary.json":
-        from reproduce.config import load_experiment, trained_settings
+        from reproduce.experiment_file import load_experiment
+        from reproduce.provenance import trained_settings
 
         experiment = load_experiment(path.parents[5] / "configs/tiny.yaml")
         seed = int(path.parents[1].name.removeprefix("seed-"))
@@ -267,7 +268,8 @@ def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_
     plan (nothing after it is replanned), the workflow warns once, naming the edit, and nothing
     in the variant's folder changes; asked for an output it lacks, the plan stops with that
     message."""
-    from reproduce.config import load_experiment, trained_settings
+    from reproduce.experiment_file import load_experiment
+    from reproduce.provenance import trained_settings
 
     experiment_file = tree / "configs/tiny.yaml"
     original_experiment = experiment_file.read_text()
@@ -287,16 +289,15 @@ def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_
 
 
 def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):
-    """A summary written by a version before summaries recorded their settings: whether the
-    experiment file was edited since it trained cannot be told, so the variant is treated as a
-    stale one is. (The tables side is tests/test_bad_input.py's tables-summary-without-settings.)"""
-    from reproduce.training.staleness import NOT_RECORDED
-
+    """A summary that records no settings (written by hand, or cut short) cannot tell whether
+    the experiment file was edited since it trained: every setting counts as changed, and the
+    variant is treated as a stale one is. (The tables side is tests/test_bad_input.py's
+    tables-summary-without-settings.)"""
     summary = tree / "results/tiny/A_h1/seed-1/train/summary.json"
     original = summary.read_text()
     try:
         summary.write_text(json.dumps({"dataset": "tiny", "variant": "A_h1", "steps": 600,
                                        "parameters": 123}))
-        _assert_left_stale(tree, "A_h1", NOT_RECORDED)
+        _assert_left_stale(tree, "A_h1", "model.d_model: '(absent)' -> 64")
     finally:
         summary.write_text(original)

@@ -194,7 +194,7 @@ def test_a_source_without_checksum_is_warned_about_once(archive, tmp_path, caplo
 
 
 def test_wmt14_sources_use_https():
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
     from tests.test_config import ROOT
     for name in ("wmt14_en_de", "wmt14_en_fr"):
         data = load_experiment(ROOT / f"configs/{name}.yaml").data

@@ -10,7 +10,9 @@ import sys
 import pytest
 import yaml
 
-from reproduce.config import DownloadLimits, load_experiment, trained_settings
+from reproduce.config import DownloadLimits
+from reproduce.experiment_file import load_experiment
+from reproduce.provenance import trained_settings
 from reproduce.data.download import DownloadError, download_source, file_name
 from tests.local_http_server import serving
 from tests.test_download import _source, archive  # noqa: F401 (archive: a fixture)

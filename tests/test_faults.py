@@ -23,14 +23,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from reproduce.config import load_experiment, trained_settings
+from reproduce.experiment_file import load_experiment
+from reproduce.provenance import trained_settings
 from reproduce.decoding.translate import load_model
 from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints,
                                             load_checkpoint, set_aside, sidecar_path)
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import SettingsMismatchError, Trainer
+from reproduce.training.trainer import Trainer, checkpoint_bytes
 from reproduce.training.variant_lock import VariantLock, VariantLockedError
-from tests.training_fixtures import ROOT, corpus_pair, small_variant
+from tests.training_fixtures import TINY, ROOT, corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 STEPS = 12
@@ -47,7 +48,7 @@ def corpora(tmp_path_factory):
 def straight(corpora, tmp_path_factory):
     """The uninterrupted run every faulty one must end equal to."""
     folder = tmp_path_factory.mktemp("straight")
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run()
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     return _model_digest(folder)
 
 
@@ -69,17 +70,18 @@ def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) ->
     inline launcher (lock, stop signals, MLflow) with ``launch``."""
     train, dev = corpora
     if launch:
-        body = ("from reproduce.config import load_experiment; from reproduce.training.launch "
+        body = ("from reproduce.experiment_file import load_experiment; "
+                "from reproduce.training.launch "
                 "import launch_training; "
                 f"launch_training(load_experiment({str(ROOT / 'configs/tiny.yaml')!r}), "
                 f"small_variant(steps={steps}), Path({str(train)!r}), Path({str(dev)!r}), "
                 f"Path({str(folder)!r}), Path({str(folder)!r}))")
     else:
         body = (f"from reproduce.training.trainer import Trainer; "
-                f"Trainer(small_variant(steps={steps}), 't', Path({str(train)!r}), "
+                f"Trainer(small_variant(steps={steps}), TINY, Path({str(train)!r}), "
                 f"Path({str(dev)!r}), Path({str(folder)!r})).run()")
     script = f"import torch; torch.set_num_threads(1); from pathlib import Path; " \
-             f"from tests.training_fixtures import small_variant; {body}"
+             f"from tests.training_fixtures import TINY, small_variant; {body}"
     return [PYTHON, "-c", script]
 
 
@@ -113,7 +115,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
     chooser = random.Random(14)
     steps = 90  # long enough that every kill lands inside training
     long_straight = tmp_path / "long_straight"
-    Trainer(small_variant(steps=steps), "t", *corpora, long_straight).run()
+    Trainer(small_variant(steps=steps), TINY, *corpora, long_straight).run()
     folder = tmp_path / "killed"
     for _ in range(3):
         before = _newest_step(folder)
@@ -123,7 +125,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
         process.kill()
         process.wait()
     assert not (folder / "train/final.pt").exists() and _newest_step(folder) < steps
-    Trainer(small_variant(steps=steps), "t", *corpora, folder).run()
+    Trainer(small_variant(steps=steps), TINY, *corpora, folder).run()
     assert _model_digest(folder) == _model_digest(long_straight)
     assert _curve(folder) == _curve(long_straight)
 
@@ -158,11 +160,11 @@ def _drop_marker(path):
 def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, straight, tmp_path,
                                                                      damage, caplog):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=9)
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=9)
     newest = list_checkpoints(folder / "checkpoints")[-1]
     assert newest.name == "step_00000009.pt"
     damage(newest)
-    trainer = Trainer(small_variant(steps=STEPS), "t", *corpora, folder)
+    trainer = Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
     assert trainer.step == 6
     assert f"skipping checkpoint {newest}" in caplog.text
     trainer.run()
@@ -171,11 +173,11 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, st
 
 def test_a_folder_where_no_checkpoint_verifies_is_refused(corpora, tmp_path):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=3)
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=3)
     _empty(list_checkpoints(folder / "checkpoints")[0])
     with pytest.raises(CheckpointError,
                        match=r"none of its 1 checkpoints verifies; start over with .*--restart"):
-        Trainer(small_variant(steps=STEPS), "t", *corpora, folder)
+        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
 
 
 # -- stop signals, parents' death, a second trainer ---------------------------------------------
@@ -199,10 +201,8 @@ def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly
     assert f"training stopped at step {stopped['step']} (received SIGTERM)" in stderr
     assert "KILLED" in _run_status(folder)
     reference = tmp_path / "reference"
-    Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, reference).run()
-    settings = trained_settings(small_variant(steps=steps), experiment)
-    Trainer(small_variant(steps=stopped["step"] + 3), "t", *corpora, folder,
-            settings=settings).run()
+    Trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, reference).run()
+    Trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, folder).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
@@ -227,7 +227,7 @@ def test_the_pre_timeout_signal_saves_a_checkpoint_and_submitit_requeues(corpora
             and "Requeued job" in log), log[-3000:]
     assert f"resumed from {folder / 'checkpoints'}/step_{int(stop):08d}.pt at step {stop}" in log
     reference = tmp_path / "reference"
-    Trainer(small_variant(steps=steps), "t", *corpora, reference).run()
+    Trainer(small_variant(steps=steps), TINY, *corpora, reference).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
@@ -279,7 +279,7 @@ def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path, killed
 def nine_steps(corpora, tmp_path_factory):
     """A run of small_variant(steps=9), finished (final.pt written)."""
     folder = tmp_path_factory.mktemp("nine")
-    Trainer(small_variant(steps=9), "t", *corpora, folder).run()
+    Trainer(small_variant(steps=9), TINY, *corpora, folder).run()
     return folder
 
 
@@ -301,21 +301,21 @@ def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps
                                                              named):
     folder = _copy(nine_steps, tmp_path / "run")
     variant = small_variant(**{"steps": 9} | changes)
-    with pytest.raises(SettingsMismatchError,
+    with pytest.raises(CheckpointError,
                        match=named + r".*run `reproduce train` again with --restart"):
-        Trainer(variant, "t", *corpora, folder)
+        Trainer(variant, TINY, *corpora, folder)
     if "steps" not in changes:  # decoding refuses a model of other settings too
         with pytest.raises(CheckpointError, match=r"final.pt: trained with other settings"):
-            load_model(folder / "train/final.pt", expected_settings=trained_settings(variant))
+            load_model(folder / "train/final.pt", expected_settings=trained_settings(variant, TINY))
     replaced = set_aside(folder)  # what --restart does: the old run moves aside, whole
     assert sorted(p.name for p in replaced.iterdir()) == ["checkpoints", "train"]
-    assert Trainer(variant, "t", *corpora, folder).step == 0
+    assert Trainer(variant, TINY, *corpora, folder).step == 0
 
 
 def test_raising_steps_continues_the_run_to_the_uninterrupted_model(corpora, nine_steps, straight,
                                                                     tmp_path):
     folder = _copy(nine_steps, tmp_path / "run")
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run()
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     assert _model_digest(folder) == straight
 
 
@@ -375,13 +375,13 @@ def test_an_unwritable_or_small_folder_is_refused_before_training(corpora, tmp_p
     blocker.write_text("")
     with pytest.raises(CheckpointError,
                        match=rf"^{blocker}/variant/checkpoints: not writable \(Not a directory\)$"):
-        Trainer(small_variant(steps=3), "t", *corpora, blocker / "variant").run()
-    trainer = Trainer(small_variant(steps=3), "t", *corpora, tmp_path / "variant")
-    free = 5 * trainer.checkpoint_bytes()  # keep_last (5) + 2 are needed
+        Trainer(small_variant(steps=3), TINY, *corpora, blocker / "variant").run()
+    trainer = Trainer(small_variant(steps=3), TINY, *corpora, tmp_path / "variant")
+    free = 5 * checkpoint_bytes(trainer.model)  # keep_last (5) + 2 are needed
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": free})())
     with pytest.raises(CheckpointError,
                        match=r"checkpoints: \d+ MiB free, but 7 checkpoints of about"):
         trainer.run()
     assert list((tmp_path / "variant/checkpoints").iterdir()) == []
     # Room for 5: passes.
-    check_room(tmp_path / "variant/checkpoints", trainer.checkpoint_bytes(), 5)
+    check_room(tmp_path / "variant/checkpoints", checkpoint_bytes(trainer.model), 5)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.architectures import build_model
 from reproduce.model.dropout import step_key
@@ -19,7 +19,7 @@ from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.trainer import Trainer
 from tests.test_batching import wmt_like_lengths
 from tests.test_training import _key_bias_masks
-from tests.training_fixtures import ROOT, random_corpus, write_encoded
+from tests.training_fixtures import TINY, ROOT, random_corpus, write_encoded
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 TOLERANCE = 1e-5  # per parameter, one step after: float summation order, normalised by Adam
@@ -59,7 +59,7 @@ def _assert_same_model(reference, model, config):
 def one_pass(corpora, tmp_path_factory):
     folder = tmp_path_factory.mktemp("one_pass")
     variant = tiny_base(max_tokens_per_device=16384)
-    Trainer(variant, "t", *corpora, folder).run()
+    Trainer(variant, TINY, *corpora, folder).run()
     return variant, folder
 
 
@@ -70,7 +70,7 @@ def test_one_rank_makes_one_pass_and_trains_the_model_of_many_small_passes(one_p
     assert summary["mean_passes_per_step"] == 1
     assert summary["mean_target_tokens_per_step"] > 3000
     small = tiny_base(max_tokens_per_device=512)
-    Trainer(small, "t", *corpora, tmp_path).run()
+    Trainer(small, TINY, *corpora, tmp_path).run()
     model, many = _trained(tmp_path)
     assert many["mean_passes_per_step"] > 8  # more passes than the step's 8 micro-batches
     _assert_same_model(reference, model, variant.model)

@@ -19,7 +19,8 @@ import torch
 import torch.multiprocessing
 from torch.profiler import ProfilerActivity, profile
 
-from reproduce.config import ModelConfig, load_experiment
+from reproduce.config import ModelConfig
+from reproduce.experiment_file import load_experiment
 from reproduce.decoding.beam_search import beam_search
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, PAD
@@ -30,7 +31,7 @@ from reproduce.training.trainer import Trainer
 from tests.test_model import random_tokens, tiny_model
 from tests.test_projected_loss import bf16_autocast_errors
 from tests.test_training import _final, _key_bias_masks
-from tests.training_fixtures import ROOT, VOCAB, random_corpus, small_variant
+from tests.training_fixtures import TINY, ROOT, VOCAB, random_corpus, small_variant
 
 # The widths of the base model (d_model 512, 8 heads of 64), two layers: the attention kernels
 # and DDP's buckets meet the paper's shapes, at a fraction of the cost.
@@ -54,11 +55,11 @@ def _assert_same_model(a, b, config, atol):
 def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     # dropout: the CUDA generator must be restored too
     variant = small_variant(steps=12, dropout=0.1)
-    straight = Trainer(variant, "t", *corpora, tmp_path / "straight")
+    straight = Trainer(variant, TINY, *corpora, tmp_path / "straight")
     assert straight.device.type == "cuda"
     straight.run()
-    Trainer(variant, "t", *corpora, tmp_path / "resumed").run(stop_after_steps=6)
-    Trainer(variant, "t", *corpora, tmp_path / "resumed").run()
+    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run(stop_after_steps=6)
+    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run()
     a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
     assert all(torch.equal(a[name], b[name]) for name in a)
 
@@ -68,7 +69,7 @@ def test_bf16_training_follows_fp32(corpora, tmp_path):
     losses = {}
     for precision in ("fp32", "bf16"):
         variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision)
-        summary = Trainer(variant, "t", *corpora, tmp_path / precision).run()
+        summary = Trainer(variant, TINY, *corpora, tmp_path / precision).run()
         losses[precision] = summary["final_train_loss"]
         assert summary["device"] != "cpu"
     assert abs(losses["bf16"] - losses["fp32"]) / losses["fp32"] < 0.05
@@ -79,14 +80,14 @@ def test_fp16_training_with_loss_scaling_follows_fp32(corpora, tmp_path):
     losses = {}
     for precision in ("fp32", "fp16"):
         variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision)
-        summary = Trainer(variant, "t", *corpora, tmp_path / precision).run()
+        summary = Trainer(variant, TINY, *corpora, tmp_path / precision).run()
         losses[precision] = summary["final_train_loss"]
         assert summary["precision"] == precision and summary["device"] != "cpu"
     assert abs(losses["fp16"] - losses["fp32"]) / losses["fp32"] < 0.05
 
 
 def _fp16_trainer_overflowing_at_first(variant, corpora, folder) -> Trainer:
-    trainer = Trainer(variant, "t", *corpora, folder)
+    trainer = Trainer(variant, TINY, *corpora, folder)
     update = trainer.optimizer_update
     update.load_state_dict(update.state_dict() | {"scale": 2.0**30})
     return trainer
@@ -100,7 +101,7 @@ def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, t
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "straight").run()
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "resumed").run(
         stop_after_steps=6)
-    resumed = Trainer(variant, "t", *corpora, tmp_path / "resumed")
+    resumed = Trainer(variant, TINY, *corpora, tmp_path / "resumed")
     assert resumed.precision == "fp16" and resumed.optimizer_update.loss_scale < 2.0**30
     resumed.run()
     a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
@@ -115,7 +116,7 @@ def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, t
 @pytest.mark.gpu
 def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, tmp_path):
     expected = "bf16" if torch.cuda.get_device_capability()[0] >= 8 else "fp16"  # Ampere on
-    summary = Trainer(small_variant(steps=2, dropout=0.0, precision="auto"), "t", *corpora,
+    summary = Trainer(small_variant(steps=2, dropout=0.0, precision="auto"), TINY, *corpora,
                       tmp_path).run()
     assert summary["precision"] == expected
 
@@ -124,8 +125,8 @@ def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, 
 def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
     eager = small_variant(steps=3, dropout=0.0, compile=False)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
-    Trainer(eager, "t", *corpora, tmp_path / "eager").run()
-    Trainer(compiled, "t", *corpora, tmp_path / "compiled").run()
+    Trainer(eager, TINY, *corpora, tmp_path / "eager").run()
+    Trainer(compiled, TINY, *corpora, tmp_path / "compiled").run()
     _assert_same_model(_final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"],
                        eager.model, atol=1e-4)
 
@@ -202,7 +203,7 @@ def _base_width_variant(steps: int, precision: str):
 def test_every_attention_of_a_cpu_training_step_runs_the_flash_kernel(corpora, tmp_path):
     """On a CPU the chosen kernels (model/attention.py: flash, efficient, math) leave every call
     to flash, masked ones included; the math path would materialise the scores."""
-    trainer = Trainer(small_variant(steps=2, compile=False), "t", *corpora, tmp_path)
+    trainer = Trainer(small_variant(steps=2, compile=False), TINY, *corpora, tmp_path)
     calls, kernels = attention_kernels(trainer._train_step)
     # encoder self-, decoder self- and cross-attention in every layer, once per device pass
     assert calls > 0 and calls % (3 * trainer.config.layers) == 0
@@ -215,7 +216,7 @@ def test_a_bf16_training_step_runs_flash_for_causal_and_efficient_for_masked_att
     """The decoder's self-attention is causal without a mask: flash. Encoder self-attention and
     cross-attention mask padded keys, which flash cannot: the memory-efficient kernel. Never the
     math path (scores materialised) nor cuDNN's (left out: a plan for every new shape)."""
-    trainer = Trainer(_base_width_variant(steps=3, precision="bf16"), "t", *corpora, tmp_path)
+    trainer = Trainer(_base_width_variant(steps=3, precision="bf16"), TINY, *corpora, tmp_path)
     trainer._train_step()  # warm-up
     calls, kernels = attention_kernels(trainer._train_step)
     assert calls > 0 and calls % (3 * BASE_WIDTHS["layers"]) == 0
@@ -241,7 +242,7 @@ def test_a_training_step_synchronises_with_the_host_only_to_read_its_totals(corp
     synchronisation reads the step's totals at its end: loss, padding, passes and whether the
     gradient was finite (the trainer's non-finite checks need them). Under
     ``set_sync_debug_mode("error")`` the first synchronising call raises: it must be that one."""
-    trainer = Trainer(_base_width_variant(steps=10, precision="bf16"), "t", *corpora, tmp_path)
+    trainer = Trainer(_base_width_variant(steps=10, precision="bf16"), TINY, *corpora, tmp_path)
     for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
         trainer._train_step()
     torch.cuda.synchronize()
@@ -273,7 +274,7 @@ def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     distributed.initialise()
     try:
-        trainer = Trainer(variant, "t", *corpora, folder / "run")
+        trainer = Trainer(variant, TINY, *corpora, folder / "run")
         for _ in range(2):  # a parameter without a gradient would make the second step raise
             trainer._train_step()
         if rank == 0:

@@ -3,7 +3,7 @@ the job and its log named), as the same run inline would, not submitit's traceba
 
 import pytest
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.errors import ReproduceError
 from reproduce.training.launch import TrainingJobRefused, launch_training
 from tests.training_fixtures import ROOT, corpus_pair, small_variant

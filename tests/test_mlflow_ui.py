@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reproduce.cli import main
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.tracking import flat_params, start_variant_run
 from reproduce.tracking.view import KEY_RESULTS
 from tests.mlflow_server import running_mlflow_server

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.model.parameter_count import analytic_parameter_count
 from reproduce.model.architectures import build_model
 

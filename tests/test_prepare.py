@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from reproduce.config import Cleaning, ConfigError, Source, load_experiment
+from reproduce.config import Cleaning, ConfigError, Source
+from reproduce.experiment_file import load_experiment
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
 from reproduce.data.sgm import parse_sgm_text

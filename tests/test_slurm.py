@@ -17,7 +17,7 @@ import torch
 import yaml
 from packaging.version import Version
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.slurm_request import SlurmRequest

@@ -9,10 +9,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.version import Version
 
-from reproduce.config import ConfigError, load_experiment
+from reproduce.config import ConfigError
 from reproduce.training.slurm_request import SlurmRequest, parse_request
 from tests.project_copy import copy_workflow
 
@@ -73,17 +72,6 @@ def test_train_refuses_ranks_that_do_not_divide_a_step_before_submitting(tmp_pat
     assert result.returncode != 0
     assert "micro_batches_per_step (8) is not a multiple of the 3 ranks" in result.stderr
     assert not (tmp_path / "base/submitit").exists()
-
-
-@pytest.mark.parametrize("where", ["top", "variant"])
-def test_an_experiment_file_with_slurm_settings_names_where_they_go(tmp_path, where):
-    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
-    section = experiment if where == "top" else experiment["variants"]["base"]
-    section["resources"] = {"gpus": 8, "time_minutes": 1440}
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(experiment))
-    with pytest.raises(ConfigError, match=r"tiny\.yaml: .*resources: .*set-resources: train"):
-        load_experiment(path)
 
 
 def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):

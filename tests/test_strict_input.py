@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import Cleaning, ConfigError, Source, load_experiment, read_yaml
+from reproduce.config import Cleaning, ConfigError, Source
+from reproduce.experiment_file import load_experiment, read_yaml
 from reproduce.data.download import file_name
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.data.prepare import prepare_split
-from reproduce.files import NotJsonError, read_lines
+from reproduce.errors import DataError
+from reproduce.files import read_lines
 from tests.corpus_archives import sgm, write_tgz_bytes
 from tests.project_copy import copy_workflow
 from tests.training_fixtures import write_encoded
@@ -228,7 +230,7 @@ def test_a_scores_file_that_is_not_json_is_one_line_naming_it(tmp_path):
 def test_an_encoded_corpus_whose_meta_json_is_not_json_is_named(tmp_path):
     write_encoded(tmp_path / "encoded", vocab_size=8, pairs=[([1, 2], [3])])
     (tmp_path / "encoded/meta.json").write_text("vocab_size: 8\n")
-    with pytest.raises(NotJsonError, match=r"^\S*encoded/meta\.json line 1 column 1: not JSON"):
+    with pytest.raises(DataError, match=r"^\S*encoded/meta\.json line 1 column 1: not JSON"):
         EncodedCorpus.open(tmp_path / "encoded")
 
 

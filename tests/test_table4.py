@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reproduce.config import Experiment, trained_settings
+from reproduce.config import Experiment
+from reproduce.provenance import trained_settings
 from reproduce.tables.outputs import TABLE_FILES
 from reproduce.tables.paper import paper_table4
 from reproduce.tables.render import render_tables

@@ -8,7 +8,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from reproduce.config import Experiment, load_experiment, trained_settings
+from reproduce.config import Experiment
+from reproduce.experiment_file import load_experiment
+from reproduce.provenance import trained_settings
 from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
@@ -116,7 +118,7 @@ def test_a_variant_trained_with_since_edited_settings_shows_stale_not_its_old_sc
     """Its summary records the settings it was trained with: after an edit of the experiment
     file, the tables show it stale (naming the edit) instead of the old model's numbers beside
     the new settings; with the settings it has now, the same files read as scored."""
-    from reproduce.config import trained_settings
+    from reproduce.provenance import trained_settings
 
     experiment = make_experiment()
     summary_path = results / "toy/base/seed-1/train/summary.json"

@@ -5,7 +5,7 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
 from reproduce.data.tiny_corpus import (
     _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon,
     generate_corpus, write_tiny_corpus_archive,

@@ -7,12 +7,13 @@ import logging
 
 import pytest
 
-from reproduce.files import DamagedRecordsError, read_records
+from reproduce.errors import DataError
+from reproduce.files import read_records
 from reproduce.tables.results import read_training
 from reproduce.tracking import start_variant_run, tracking_uri
 from reproduce.training.trainer import Trainer
 from tests.test_tables import make_experiment
-from tests.training_fixtures import corpus_pair, small_variant
+from tests.training_fixtures import TINY, corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 STEPS = 9
@@ -30,7 +31,7 @@ def corpora(tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight_curve(corpora, tmp_path_factory):
     folder = tmp_path_factory.mktemp("straight")
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run()
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     return _curve(folder / "train/metrics.jsonl")
 
 
@@ -43,12 +44,12 @@ def _curve(metrics) -> list:
 def test_a_torn_tail_is_cut_off_and_the_run_resumes_to_the_same_curve(
         corpora, straight_curve, tmp_path, tail, caplog):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=5)
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
     metrics = folder / "train/metrics.jsonl"
     with metrics.open("ab") as stream:
         stream.write(tail)
     with caplog.at_level(logging.WARNING):
-        Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run()
+        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     assert f"{metrics}: its last line" in caplog.text
     assert _curve(metrics) == straight_curve
 
@@ -58,18 +59,18 @@ def test_a_torn_tail_without_a_checkpoint_is_cut_off_before_appending(corpora, s
     metrics = tmp_path / "run/train/metrics.jsonl"
     metrics.parent.mkdir(parents=True)
     metrics.write_bytes(TORN["cut short"])
-    Trainer(small_variant(steps=STEPS), "t", *corpora, tmp_path / "run").run()
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, tmp_path / "run").run()
     assert _curve(metrics) == straight_curve
 
 
 def test_a_bad_line_before_the_last_is_refused_with_file_and_line(corpora, tmp_path):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), "t", *corpora, folder).run(stop_after_steps=5)
+    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
     metrics = folder / "train/metrics.jsonl"
     lines = metrics.read_bytes().split(b"\n")
     metrics.write_bytes(b"\n".join([lines[0], TORN["cut short"], *lines[1:]]))
-    with pytest.raises(DamagedRecordsError) as raised:
-        Trainer(small_variant(steps=STEPS), "t", *corpora, folder)
+    with pytest.raises(DataError) as raised:
+        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
     message = str(raised.value)
     assert message.startswith(f"{metrics}:2: not a JSON line (") and "\n" not in message
 
@@ -115,5 +116,5 @@ def test_read_records(tmp_path, content, records):
 def test_a_bad_middle_line_names_file_line_and_reason(tmp_path, bad, reason):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n' + bad + b'\n{"step": 3}\n')
-    with pytest.raises(DamagedRecordsError, match=rf"metrics\.jsonl:2: not a JSON line \({reason}"):
+    with pytest.raises(DataError, match=rf"metrics\.jsonl:2: not a JSON line \({reason}"):
         read_records(path)

@@ -14,9 +14,10 @@ import mlflow.artifacts
 import pytest
 from mlflow.tracking import MlflowClient
 
-from reproduce.config import load_experiment
+from reproduce.experiment_file import load_experiment
+from reproduce.errors import ConfigError
 from reproduce.tracking import (
-    TrackingUnavailable, VariantRun, find_variant_run, flat_params, prepare_store, run_description,
+    VariantRun, find_variant_run, flat_params, prepare_store, run_description,
     start_training_run, start_variant_run, tables_run, tracking_uri,
 )
 from reproduce.cli import main
@@ -450,7 +451,7 @@ def test_six_trainings_on_a_new_store_all_start(tmp_path, monkeypatch):
 def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeypatch):
     uri = f"http://trainer:{SECRET}@127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    with pytest.raises(TrackingUnavailable) as raised:
+    with pytest.raises(ConfigError) as raised:
         prepare_store(tmp_path, timeout=2)
     message = str(raised.value)
     assert "\n" not in message and SECRET not in message

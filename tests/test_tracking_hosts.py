@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import pytest
 from mlflow.tracking import MlflowClient
 
-from reproduce.config import load_experiment
-from reproduce.tracking import TrackingUnavailable, prepare_store
+from reproduce.experiment_file import load_experiment
+from reproduce.errors import ConfigError
+from reproduce.tracking import prepare_store
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, random_corpus, small_variant
@@ -46,7 +47,7 @@ def test_the_preflight_check_refuses_a_server_that_does_not_allow_the_node_name(
             pass  # /health answers whatever the name: it proves nothing
         uri = f"http://trainer:{SECRET}@{node_name}:{port}"
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-        with pytest.raises(TrackingUnavailable) as raised:
+        with pytest.raises(ConfigError) as raised:
             prepare_store(tmp_path / "results")
         message = str(raised.value)
         assert "\n" not in message and SECRET not in message

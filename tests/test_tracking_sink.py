@@ -15,7 +15,9 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from reproduce.cli import main
-from reproduce.config import ModelConfig, load_experiment, trained_settings
+from reproduce.config import ModelConfig
+from reproduce.experiment_file import load_experiment
+from reproduce.provenance import trained_settings
 from reproduce.model.transformer import Transformer
 from reproduce.tables.outputs import TABLE_FILES
 from reproduce.tracking import tracking_uri

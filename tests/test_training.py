@@ -9,7 +9,7 @@ from reproduce.averaging import average_checkpoints, average_last
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.trainer import Trainer
-from tests.training_fixtures import random_corpus, small_variant
+from tests.training_fixtures import TINY, random_corpus, small_variant
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,10 @@ def _final(folder):
 def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     train, dev = corpora
     variant = small_variant(steps=12, dropout=0.1)
-    Trainer(variant, "t", train, dev, tmp_path / "straight").run()
-    Trainer(variant, "t", train, dev, tmp_path / "resumed").run(stop_after_steps=6)
+    Trainer(variant, TINY, train, dev, tmp_path / "straight").run()
+    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=6)
     assert not (tmp_path / "resumed/train/final.pt").exists()
-    Trainer(variant, "t", train, dev, tmp_path / "resumed").run()
+    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
     straight, resumed = _final(tmp_path / "straight"), _final(tmp_path / "resumed")
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
@@ -48,7 +48,7 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
 
 def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     train, dev = corpora
-    Trainer(small_variant(steps=40, dropout=0.0, warmup_steps=10), "t", train, dev, tmp_path).run()
+    Trainer(small_variant(steps=40, dropout=0.0, warmup_steps=10), TINY, train, dev, tmp_path).run()
     rows = [json.loads(line)
             for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
     losses = [row["train_loss"] for row in rows if "train_loss" in row]
@@ -65,7 +65,7 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
 
 @pytest.fixture(scope="module")
 def one_rank(corpora, tmp_path_factory):
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
     from tests.training_fixtures import ROOT
 
     folder = tmp_path_factory.mktemp("one")
@@ -101,7 +101,7 @@ def test_with_dropout_the_model_does_not_depend_on_the_ranks_nor_on_a_resume_ont
         corpora, tmp_path):
     """Dropout noise is keyed by the token, not the rank or pass: 1 and 2 gloo ranks, and runs
     stopped on one number of ranks and requeued onto another, train the same model."""
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
     from tests.training_fixtures import ROOT
 
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
@@ -128,7 +128,7 @@ def test_with_dropout_the_model_does_not_depend_on_the_ranks_nor_on_a_resume_ont
 
 
 def test_ranks_that_cannot_share_a_step_are_refused_before_launch(corpora, tmp_path):
-    from reproduce.config import load_experiment
+    from reproduce.experiment_file import load_experiment
     from tests.training_fixtures import ROOT
 
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
@@ -193,8 +193,8 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     train, dev = corpora
     eager = small_variant(steps=3, dropout=0.0)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
-    Trainer(eager, "t", train, dev, tmp_path / "eager").run()
-    Trainer(compiled, "t", train, dev, tmp_path / "compiled").run()
+    Trainer(eager, TINY, train, dev, tmp_path / "eager").run()
+    Trainer(compiled, TINY, train, dev, tmp_path / "compiled").run()
     a, b = _final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"]
     assert a.keys() == b.keys()  # checkpoints hold the plain model, not the compiled wrapper
     key_bias = _key_bias_masks(eager.model, a)
@@ -210,7 +210,7 @@ def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(
     dev = random_corpus(tmp_path / "dev", 6, seed=2)
     meta = json.loads((train / "meta.json").read_text())
     (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
-    Trainer(small_variant(steps=6), "t", train, dev, tmp_path / "run").run()
+    Trainer(small_variant(steps=6), TINY, train, dev, tmp_path / "run").run()
     average_last(tmp_path / "run/checkpoints", 2, tmp_path / "averaged.pt")
     for path in [*list_checkpoints(tmp_path / "run/checkpoints"), tmp_path / "run/train/final.pt",
                  tmp_path / "averaged.pt"]:

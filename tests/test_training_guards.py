@@ -2,6 +2,7 @@
 checkpoint belongs, a loss gone non-finite, SIGHUP, too few checkpoints to average."""
 
 import json
+from pathlib import Path
 import shutil
 import signal
 import subprocess
@@ -10,12 +11,13 @@ import pytest
 import torch
 import yaml
 
-from reproduce.config import ConfigError, load_experiment
+from reproduce.config import ConfigError
+from reproduce.experiment_file import load_experiment
 from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import NonFiniteLossError, SettingsMismatchError, Trainer
+from reproduce.training.trainer import NonFiniteLossError, Trainer
 from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
-from tests.training_fixtures import ROOT, corpus_pair, small_variant, write_encoded
+from tests.training_fixtures import TINY, ROOT, corpus_pair, small_variant, write_encoded
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 DIVERGING = 1e10  # training.lr_scale: the loss is nan from step 2 on
@@ -30,19 +32,19 @@ def corpora(tmp_path_factory):
 @pytest.mark.parametrize("name", ["step_00000006.pt", "step_00000004.pt.sha256"])
 def test_a_folder_where_a_checkpoint_belongs_is_refused_before_training(corpora, tmp_path, name):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=9), "t", *corpora, folder).run(stop_after_steps=4)
+    Trainer(small_variant(steps=9), TINY, *corpora, folder).run(stop_after_steps=4)
     path = folder / "checkpoints" / name
     path.unlink(missing_ok=True)
     path.mkdir()
     with pytest.raises(CheckpointError) as raised:
-        Trainer(small_variant(steps=9), "t", *corpora, folder)
+        Trainer(small_variant(steps=9), TINY, *corpora, folder)
     assert str(raised.value) == (f"{path}: a folder where training writes a checkpoint file; "
                                  f"move it out of {folder / 'checkpoints'}")
 
 
 # -- a non-finite loss ---------------------------------------------------------------------------
 def test_a_non_finite_loss_stops_training_at_its_step_unsaved(corpora, tmp_path):
-    trainer = Trainer(small_variant(steps=9, lr_scale=DIVERGING), "t", *corpora, tmp_path)
+    trainer = Trainer(small_variant(steps=9, lr_scale=DIVERGING), TINY, *corpora, tmp_path)
     with pytest.raises(NonFiniteLossError) as raised:
         trainer.run()
     assert str(raised.value).startswith("step 2: the training loss is nan (fp32): training "
@@ -57,7 +59,7 @@ def test_an_update_of_a_finite_loss_but_non_finite_gradient_is_never_applied(cor
     """bf16 and fp32 have no loss scaler to find it: the gradient's norm does, and the
     optimizer skips the update on the device. The run stops at that step, its weights and
     Adam's moments those of the step before."""
-    trainer = Trainer(small_variant(steps=9), "t", *corpora, tmp_path)
+    trainer = Trainer(small_variant(steps=9), TINY, *corpora, tmp_path)
     trainer.run(stop_after_steps=2)
     before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
     moments = [state["exp_avg"].clone() for state in trainer.optimizer.state.values()]
@@ -134,27 +136,32 @@ def test_exactly_enough_checkpoints_to_average_are_accepted(tmp_path):
 
 # -- a checkpoint of other data --------------------------------------------------------------------
 def test_resuming_on_a_split_of_another_vocabulary_is_one_line_naming_both(corpora, tmp_path):
-    Trainer(small_variant(steps=9), "t", *corpora, tmp_path / "run").run(stop_after_steps=3)
+    Trainer(small_variant(steps=9), TINY, *corpora, tmp_path / "run").run(stop_after_steps=3)
     other = tmp_path / "other"
     write_encoded(other, 33, [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14])] * 200)
-    with pytest.raises(SettingsMismatchError) as raised:
-        Trainer(small_variant(steps=9), "t", other, corpora[1], tmp_path / "run")
+    with pytest.raises(CheckpointError) as raised:
+        Trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
     checkpoint = list_checkpoints(tmp_path / "run/checkpoints")[-1]
     assert str(raised.value).startswith(
-        f"{checkpoint}: trained with a vocabulary of 40 pieces, but {other} has 33; to start "
+        f"{other}: 33 pieces, but {checkpoint} was trained with a vocabulary of 40; to start "
         f"over, run `reproduce train` again with --restart")
 
 
 def test_resuming_on_pieces_of_another_sentencepiece_model_is_one_line(corpora, tmp_path):
-    Trainer(small_variant(steps=9), "t", *corpora, tmp_path / "run").run(stop_after_steps=3)
-    train = tmp_path / "train"
-    shutil.copytree(corpora[0], train)
-    meta = json.loads((train / "meta.json").read_text())
-    (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
-    with pytest.raises(SettingsMismatchError, match=rf"^{tmp_path}/run/checkpoints/step_\d+\.pt: "
-                       rf"trained on pieces of the sentencepiece model with sha256 None\.\.\., but "
-                       rf"{train} was encoded with abababababab\.\.\.; to start over"):
-        Trainer(small_variant(steps=9), "t", train, corpora[1], tmp_path / "run")
+    def encoded_with(spm_sha256: str) -> Path:
+        train = tmp_path / spm_sha256[:2]
+        shutil.copytree(corpora[0], train)
+        meta = json.loads((train / "meta.json").read_text())
+        (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": spm_sha256}))
+        return train
+
+    first, other = encoded_with("cd" * 32), encoded_with("ab" * 32)
+    Trainer(small_variant(steps=9), TINY, first, corpora[1], tmp_path / "run").run(
+        stop_after_steps=3)
+    with pytest.raises(CheckpointError, match=rf"^{other}: made with another sentencepiece "
+                       rf"model \(sha256 abababababab\.\.\.\) than {tmp_path}/run/checkpoints/"
+                       rf"step_\d+\.pt was trained with \(cdcdcdcdcdcd\.\.\.\); to start over"):
+        Trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
 
 
 # -- a split the model cannot take ---------------------------------------------------------------
@@ -163,7 +170,7 @@ def test_a_split_whose_every_pair_is_too_long_names_its_folder_the_cause_and_the
     long = tmp_path / "long"
     write_encoded(long, 40, [(list(range(4, 34)), list(range(4, 24)))] * 50)
     with pytest.raises(ConfigError) as raised:
-        Trainer(small_variant(steps=9, max_source_tokens=16), "t", long, corpora[1], tmp_path)
+        Trainer(small_variant(steps=9, max_source_tokens=16), TINY, long, corpora[1], tmp_path)
     assert str(raised.value) == (
         f"{long}: none of its 50 pairs fits the model: 50 are longer than "
         f"training.max_source_tokens = 16 positions per side, the longest 31 with EOS")

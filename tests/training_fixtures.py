@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from reproduce.config import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
+from reproduce.experiment_file import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 40
+# The experiment whose name, data and BPE settings the tests' trainings record (their variants
+# are built here or taken from it; their data are the corpora given).
+TINY = load_experiment(ROOT / "configs/tiny.yaml")
 
 
 def write_encoded(out_dir: Path, vocab_size: int, pairs: list[tuple[list[int], list[int]]]) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from reproduce.config import ConfigError, Experiment, ResolvedVariant, load_experiment
+from reproduce.config import ConfigError, Experiment, ResolvedVariant
+from reproduce.experiment_file import load_experiment
 from reproduce.errors import UsageError
 
 

@@ -34,7 +34,7 @@ def _decode(commands: argparse._SubParsersAction) -> None:
 def cmd_decode(args: argparse.Namespace) -> None:
     experiment = experiment_of(args)
     variant = variant_of(experiment, args)
-    from reproduce.config import trained_settings
+    from reproduce.provenance import trained_settings
     from reproduce.decoding.translate import translate_file
 
     set_threads(args.threads)

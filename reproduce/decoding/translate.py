@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece
 import torch
 from pydantic import ValidationError
 
-from reproduce.config import DecodingConfig, ModelConfig, differing_settings
+from reproduce.config import DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece
 from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import CheckpointError, DataError
 from reproduce.files import read_lines, write_text_whole
 from reproduce.model.architectures import Seq2Seq, build_model
+from reproduce.provenance import Pieces, check_same_pieces, check_trained_with
 from reproduce.stage_progress import StageProgress
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint
@@ -32,36 +32,23 @@ from reproduce.training.checkpoints import load_checkpoint
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Vocabulary:
-    """The pieces a model is about to meet: where they come from (named in errors), how many,
-    and the sha256 of the sentencepiece model that made them (None where it is not known)."""
-
-    source: str
-    size: int
-    spm_sha256: str | None
+RETRAIN = "retrain the variant (`reproduce train ... --restart`) before decoding or scoring it"
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
-               expected_settings: dict | None = None,
-               vocabulary: Vocabulary | None = None) -> Seq2Seq:
+               expected_settings: dict | None = None, pieces: Pieces | None = None) -> Seq2Seq:
     """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
-    refused when ``expected_settings`` (:func:`reproduce.config.trained_settings`) differ from
-    the settings it was trained with, or when ``vocabulary`` is not the one it was trained on."""
+    refused when it was not trained with ``expected_settings``
+    (:func:`reproduce.provenance.trained_settings`) or on ``pieces``."""
     state = load_checkpoint(checkpoint)
-    if expected_settings is not None and state.get("settings") != expected_settings:
-        differences = "; ".join(differing_settings(state.get("settings") or {}, expected_settings))
-        raise CheckpointError(
-            f"{checkpoint}: trained with other settings than the experiment now has "
-            f"({differences}); retrain the variant (`reproduce train ... --restart`) before "
-            "decoding or scoring it"
-        )
+    if expected_settings is not None:
+        check_trained_with(checkpoint, state, expected_settings, RETRAIN)
     try:
         config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
     except (KeyError, ValidationError) as error:
         raise _unusable(checkpoint, error) from error
-    if vocabulary is not None:
-        _check_vocabulary(checkpoint, vocab_size, state.get("spm_model_sha256"), vocabulary)
+    if pieces is not None:
+        check_same_pieces(checkpoint, state, pieces, "use the files of its dataset")
     model = build_model(config, vocab_size)
     # What torch raises for the weights of another model (missing, unexpected or misshapen
     # tensors) is wrapped here, where the file is known; elsewhere a RuntimeError is a bug.
@@ -76,23 +63,6 @@ def _unusable(checkpoint: Path, error: Exception) -> CheckpointError:
     detail = " ".join(line.strip() for line in str(error).splitlines()[:2])
     return CheckpointError(f"{checkpoint}: cannot use the checkpoint: {type(error).__name__}: "
                            f"{detail or 'no details'}")
-
-
-def _check_vocabulary(checkpoint: Path, vocab_size: int, recorded: str | None,
-                      vocabulary: Vocabulary) -> None:
-    """Same number of pieces is not the same pieces: a checkpoint also names the sentencepiece
-    model it was trained with by its sha256, compared where both sides record one."""
-    if vocabulary.size != vocab_size:
-        raise DataError(
-            f"{vocabulary.source}: {vocabulary.size} pieces, but {checkpoint} was trained with a "
-            f"vocabulary of {vocab_size}; use the files of its dataset"
-        )
-    if None not in (recorded, vocabulary.spm_sha256) and recorded != vocabulary.spm_sha256:
-        raise DataError(
-            f"{vocabulary.source}: made with another sentencepiece model (sha256 "
-            f"{vocabulary.spm_sha256[:12]}...) than {checkpoint} was trained with "
-            f"({recorded[:12]}...); use the files of its dataset"
-        )
 
 
 def translate_sentences(
@@ -141,9 +111,9 @@ def translate_file(
     processor = load_sentencepiece(spm_model)
     sentences = read_lines(source)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    vocabulary = Vocabulary(str(spm_model), processor.vocab_size(),
+    pieces = Pieces(str(spm_model), processor.vocab_size(),
                             hashlib.sha256(spm_model.read_bytes()).hexdigest())
-    model = load_model(checkpoint, device, expected_settings, vocabulary)
+    model = load_model(checkpoint, device, expected_settings, pieces)
     translations = translate_sentences(model, processor, sentences, decoding, device, str(source))
     _check_one_line_each(translations, len(sentences), source)
     write_text_whole(out, "".join(line + "\n" for line in translations))

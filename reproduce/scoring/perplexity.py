@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.decoding.translate import Vocabulary, load_model
+from reproduce.decoding.translate import load_model
+from reproduce.provenance import Pieces
 from reproduce.stage_progress import StageProgress
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 
@@ -27,8 +28,8 @@ def checkpoint_perplexity(checkpoint: Path, encoded: Path, max_tokens: int = 409
     checkpoint trained with other settings or on another sentencepiece model's pieces."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     corpus = EncodedCorpus.open(encoded)
-    vocabulary = Vocabulary(str(encoded), corpus.vocab_size, corpus.meta.get("spm_model_sha256"))
-    model = load_model(checkpoint, device, expected_settings, vocabulary)
+    pieces = Pieces(str(encoded), corpus.vocab_size, corpus.meta.get("spm_model_sha256"))
+    model = load_model(checkpoint, device, expected_settings, pieces)
     with StageProgress(f"perplexity on {encoded}", len(corpus), "sentences", log) as progress:
         total, tokens = corpus_negative_log_likelihood(model, corpus, max_tokens, device, progress)
     loss = total / tokens

@@ -47,7 +47,7 @@ def score_split(experiment: Experiment, variant: ResolvedVariant, split: str,
     then log them to the variant's MLflow run, best effort: the store is a sink, and the file is
     the result whether or not it answers. The checkpoint is refused, as decoding refuses it, when
     trained with other settings than the variant now has."""
-    from reproduce.config import trained_settings
+    from reproduce.provenance import trained_settings
     from reproduce.scoring.perplexity import checkpoint_perplexity
     from reproduce.tracking import log_best_effort, variant_run_for
 

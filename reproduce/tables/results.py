@@ -15,20 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reproduce.config import Experiment, trained_settings
+from reproduce.config import Experiment
 from reproduce.errors import DataError
 from reproduce.files import read_records
+from reproduce.provenance import changed_settings, trained_settings
 from reproduce.tables.outputs import SCORES_FILE
 from reproduce.training.progress import dev_curve
-from reproduce.training.staleness import NOT_RECORDED, changed_settings
 
 
 @dataclass(frozen=True)
 class VariantResults:
     """What one training of a variant (one seed) has produced; nothing of it is shown when it was
     trained with other settings than the experiment file now gives (``changed``): those are
-    another model's results; nor when its summary does not record its settings (``changed`` is
-    then :data:`NOT_RECORDED` alone)."""
+    another model's results."""
 
     summary: dict | None  # train/summary.json
     scores: dict | None  # bleu.json or f1.json: {"dev": {...dev.last}, "test": {...test.averaged}}
@@ -41,8 +40,6 @@ class VariantResults:
 
     @property
     def status(self) -> str:
-        if self.changed == (NOT_RECORDED,):
-            return f"stale: {NOT_RECORDED}"
         if self.stale:
             return f"stale: trained with other settings ({'; '.join(self.changed)})"
         if self.scores is not None:

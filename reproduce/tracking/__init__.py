@@ -9,11 +9,11 @@ from reproduce.tracking.runs import (
     start_training_run, start_variant_run, tables_run, variant_run_for,
 )
 from reproduce.tracking.store import (
-    TrackingUnavailable, prepare_store, redact, redact_credentials_in_logs, tracking_uri,
+    prepare_store, redact, redact_credentials_in_logs, tracking_uri,
 )
 
 __all__ = [
-    "RUN_ID_FILE", "TrackingUnavailable", "VariantRun", "find_variant_run", "flat_params",
+    "RUN_ID_FILE", "VariantRun", "find_variant_run", "flat_params",
     "log_best_effort", "prepare_store", "redact", "redact_credentials_in_logs", "run_description",
     "start_training_run",
     "start_variant_run", "tables_run", "tracking_uri", "variant_run_for",

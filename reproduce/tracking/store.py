@@ -58,9 +58,6 @@ ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
 log = logging.getLogger(__name__)
 
 
-class TrackingUnavailable(ConfigError):
-    """The configured tracking store cannot be reached or created."""
-
 
 def redact(text: str) -> str:
     """``text`` with the credentials of every URL in it (``scheme://user:password@``) masked."""
@@ -152,12 +149,12 @@ def check_scheme(uri: str) -> None:
     traceback."""
     scheme = urlsplit(uri).scheme.split("+")[0]
     if scheme not in MLFLOW_SCHEMES:
-        raise TrackingUnavailable(
+        raise ConfigError(
             f"MLFLOW_TRACKING_URI={redact(uri)}: MLflow has no store of scheme {scheme!r} (known: "
             f"{', '.join(name for name in MLFLOW_SCHEMES if name)}); unset it to use the "
             f"embedded SQLite store")
     if scheme == "sqlite" and not uri.removeprefix("sqlite:").strip("/"):
-        raise TrackingUnavailable(f"MLFLOW_TRACKING_URI={uri}: names no database file "
+        raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: names no database file "
                                   "(sqlite:////absolute/path/mlflow.db)")
 
 
@@ -181,7 +178,7 @@ def fail_fast_over_http() -> None:
 
 
 def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
-    """Raise :class:`TrackingUnavailable` (one line, no credentials) unless the server answers a
+    """Raise :class:`ConfigError` (one line, no credentials) unless the server answers a
     read-only API call within ``timeout``: not ``/health``, which MLflow answers whatever the Host
     header, while it refuses every API call (403) from a host name it does not allow."""
     parts = urlsplit(uri)
@@ -195,10 +192,10 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as error:
-        raise TrackingUnavailable(_refusal(uri, host, error)) from None
+        raise ConfigError(_refusal(uri, host, error)) from None
     except (OSError, ValueError) as error:
         reason = str(getattr(error, "reason", None) or error) or type(error).__name__
-        raise TrackingUnavailable(
+        raise ConfigError(
             f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within"
             f" {timeout:g} s ({redact(reason)}); start one (scripts/mlflow-server.sh start) or"
             " unset MLFLOW_TRACKING_URI to use the embedded SQLite store"
@@ -235,7 +232,7 @@ def create_sqlite_store(uri: str) -> None:
         database.parent.mkdir(parents=True, exist_ok=True)
         lock = database.with_name(database.name + ".lock").open("a")
     except OSError as error:
-        raise TrackingUnavailable(
+        raise ConfigError(
             f"MLflow store {database}: cannot create it ({error.strerror or error})"
         ) from error
     with lock:
@@ -243,7 +240,7 @@ def create_sqlite_store(uri: str) -> None:
         try:
             MlflowClient(uri).search_experiments(max_results=1)
         except Exception as error:
-            raise TrackingUnavailable(f"MLflow store {database}: {redact(str(error))}") from error
+            raise ConfigError(f"MLflow store {database}: {redact(str(error))}") from error
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 

@@ -4,7 +4,7 @@ the save grid kept.
 A checkpoint holds the model, the optimizer, the step, the data stream's position, the RNG
 states, the counters of the run so far, what is needed to rebuild the model (``model_config``,
 ``vocab_size``) and the settings it was trained with (``settings``, ``fingerprint``:
-:func:`reproduce.config.trained_settings`). Everything in it is a tensor or a plain value, so
+:func:`reproduce.provenance.trained_settings`). Everything in it is a tensor or a plain value, so
 :func:`load_checkpoint` reads it with ``torch.load(weights_only=True)``: a file that would build
 any other object (and so could run code) is refused.
 

@@ -40,7 +40,7 @@ from typing import Literal
 import submitit
 import torch
 
-from reproduce.config import DataConfig, Experiment, ResolvedVariant, trained_settings
+from reproduce.config import Experiment, ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import ConfigError, ReproduceError
 from reproduce.files import write_text_whole
@@ -62,7 +62,7 @@ Launcher = Literal["inline", "local", "slurm"]
 class TrainingTask(submitit.helpers.Checkpointable):
     """One variant's training; pickled by submitit and re-run as is after a requeue."""
 
-    dataset: str
+    experiment: Experiment
     variant: ResolvedVariant
     train_dir: Path
     dev_dir: Path
@@ -70,8 +70,6 @@ class TrainingTask(submitit.helpers.Checkpointable):
     results_dir: Path
     threads: int = 1
     stop_after_steps: int | None = None
-    settings: dict | None = None  # what the weights depend on, data and BPE included
-    data: DataConfig | None = None  # the corpora, logged as the run's dataset inputs
     stop_with: WatchedProcess | None = None  # the job's owner on this host, which it dies with
 
     def __call__(self) -> dict | None:
@@ -110,12 +108,13 @@ class TrainingTask(submitit.helpers.Checkpointable):
         if distributed.rank() == 0:
             from reproduce.tracking import start_training_run
 
-            run = start_training_run(self.results_dir, self.dataset, self.variant, self.output_dir,
-                                     self.data, world_size=distributed.world_size())
+            run = start_training_run(self.results_dir, self.experiment.name, self.variant,
+                                     self.output_dir, self.experiment.data,
+                                     world_size=distributed.world_size())
         try:
-            trainer = Trainer(self.variant, self.dataset, self.train_dir, self.dev_dir,
+            trainer = Trainer(self.variant, self.experiment, self.train_dir, self.dev_dir,
                               self.output_dir, on_metrics=run.log_metrics if run else None,
-                              settings=self.settings, interruption=interruption)
+                              interruption=interruption)
             if run is not None:
                 run.log_params({"parameters": trainer.model.num_parameters()})
             summary = trainer.run(stop_after_steps=self.stop_after_steps)
@@ -126,7 +125,8 @@ class TrainingTask(submitit.helpers.Checkpointable):
             raise
         if run is not None:
             if summary is not None:
-                run.log_summary(summary, [trainer.train_dir / "summary.json", trainer.metrics_path])
+                run.log_summary(summary, [trainer.records.summary_path,
+                                          trainer.records.metrics_path])
             run.finish("FINISHED" if summary is not None else "KILLED")  # KILLED: stopped early
         if summary is None and interruption.reason is not None:
             _exit_interrupted(interruption, trainer.step)
@@ -233,9 +233,8 @@ def launch_training(
     if restart:
         with VariantLock(output_dir):
             set_aside(output_dir)
-    task = TrainingTask(experiment.name, variant, train_dir.resolve(), dev_dir.resolve(),
+    task = TrainingTask(experiment, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        trained_settings(variant, experiment), experiment.data,
                         stop_with=None if launcher == "slurm" else process_to_stop_with())
     if launcher == "inline":
         return task()

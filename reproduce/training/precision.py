@@ -40,12 +40,16 @@ Updates that overflow whatever S (S below :data:`MIN_LOSS_SCALE`) stop the run w
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from reproduce.errors import ReproduceError
+from reproduce.errors import CheckpointError, ReproduceError
+
+log = logging.getLogger(__name__)
 
 # fairseq's --min-loss-scale: below it, the gradient overflows whatever the scale.
 MIN_LOSS_SCALE = 1e-4
@@ -80,6 +84,36 @@ def can_compute_in(precision: str, device_type: str, bf16_units: bool) -> bool:
     if precision == "fp32":
         return True
     return device_type == "cuda" and (precision == "fp16" or bf16_units)
+
+
+def run_precision(requested: str, device: torch.device, started_in: str | None,
+                  checkpoint: Path | None, restart_hint: str, warn: bool) -> str:
+    """What a run computes in: ``training.precision: requested`` resolved for ``device``, or, for
+    a run resumed from ``checkpoint`` that started in ``started_in``, that precision. ``auto``
+    resolves by the GPU, which a requeued job may find changed: a run that started in fp16 goes on
+    in fp16 on a bf16-capable GPU, one that started in bf16 is refused on a GPU without bf16
+    units rather than continued in fp16 (one run does not mix two arithmetics); so is a GPU run
+    resumed on a CPU. ``warn``: log what is worth a warning (rank 0)."""
+    bf16_units = has_bf16_units(device)
+    fresh = resolve_precision(requested, device.type, bf16_units)
+    if fresh == "bf16" and not bf16_units and warn:
+        log.warning("training.precision: bf16 on %s, which has no bf16 units: torch emulates "
+                    "it, slowly (auto would train in fp16)", device_name(device))
+    if started_in is None or started_in == fresh:
+        return fresh
+    if not can_compute_in(started_in, device.type, bf16_units):
+        raise CheckpointError(
+            f"{checkpoint}: the run trains in {started_in} (training.precision: {requested}) and "
+            f"{device_name(device)} cannot; resume it where it can, so that one run does not mix "
+            f"two arithmetics, or {restart_hint}")
+    if warn:
+        log.warning("%s: the run goes on in %s, the precision it started in (training."
+                    "precision: %s would pick %s here)", checkpoint, started_in, requested, fresh)
+    return started_in
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:

@@ -18,7 +18,7 @@ host's collate, never from the data on the device. Every step's exact FLOPs
 
 A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training.checkpoints`),
 and only if that checkpoint was trained with the same settings
-(:func:`reproduce.config.trained_settings`) and no further than ``training.steps``: raising
+(:func:`reproduce.provenance.trained_settings`) and no further than ``training.steps``: raising
 ``steps`` continues a run, anything else is refused with the differing keys named. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
 signal, the parent's death) ends the run after the current step, with a checkpoint of that step;
@@ -35,57 +35,47 @@ a step whose loss is not finite, stops the run (:class:`NonFiniteLossError`) bef
 it is saved.
 ``training.clip_norm`` clips the true (unscaled) gradient of a step. Every ``log_every_steps``
 steps the log says how far the run is, how fast and how long it has left
-(:mod:`reproduce.training.progress`).
+(:mod:`reproduce.training.progress`). What the run writes besides checkpoints, and hands to
+MLflow, is :mod:`reproduce.training.run_records`'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from reproduce.config import ResolvedVariant, differing_settings, fingerprint, trained_settings
+from reproduce.config import Experiment, ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import CheckpointError, ReproduceError
 from reproduce.model.architectures import build_model
 from reproduce.model.dropout import step_key
-from reproduce.model.flops import model_flops, peak_flops
-from reproduce.files import append_record, read_records, write_records, write_text_whole
-from reproduce.training import distributed
+from reproduce.model.flops import model_flops
+from reproduce.provenance import (RESTART_HINT, ModelIdentity, Pieces, check_same_pieces,
+                                  check_trained_with, trained_settings)
+from reproduce.training import distributed, rng_state
 from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
-from reproduce.training.checkpoints import (CheckpointSchedule, check_room, latest_good_checkpoint,
-                                            save_checkpoint, write_manifest)
-from reproduce.training.interruption import Interruption
+from reproduce.training.checkpoints import CheckpointSchedule, check_room, latest_good_checkpoint
 from reproduce.training.evaluation import corpus_negative_log_likelihood
-from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, can_compute_in,
-                                          has_bf16_units, resolve_precision)
-from reproduce.training.progress import ThroughputWindow, dev_curve, progress_line
+from reproduce.training.interruption import Interruption
+from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, device_name,
+                                          run_precision)
+from reproduce.training.progress import ThroughputWindow, progress_line
 from reproduce.training.projected_loss import projected_label_smoothed_loss
+from reproduce.training.run_records import MetricsCallback, RunRecords, RunTotals, peak_flops_of
 from reproduce.training.schedule import learning_rate
 from reproduce.training.teacher_forcing import TeacherForcedStates
 
 log = logging.getLogger(__name__)
-
-MetricsCallback = Callable[[dict, int], None]
-
-
-RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves "
-                "checkpoints/ and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
-
-
-class SettingsMismatchError(CheckpointError):
-    """A checkpoint was trained with other settings than the variant now has."""
 
 
 class NonFiniteLossError(ReproduceError, FloatingPointError):
@@ -117,28 +107,30 @@ class StepOutcome(NamedTuple):
 
 
 class Trainer:
-    def __init__(self, variant: ResolvedVariant, dataset: str, train_dir: Path, dev_dir: Path,
-                 output_dir: Path, on_metrics: MetricsCallback | None = None,
-                 settings: dict | None = None, interruption: Interruption | None = None):
-        """``settings``: what the weights depend on (:func:`reproduce.config.trained_settings`;
-        the launcher passes the experiment's data and BPE settings too)."""
-        self.variant, self.dataset = variant, dataset
-        self.settings = settings if settings is not None else trained_settings(variant)
+    def __init__(self, variant: ResolvedVariant, experiment: Experiment, train_dir: Path,
+                 dev_dir: Path, output_dir: Path, on_metrics: MetricsCallback | None = None,
+                 interruption: Interruption | None = None):
+        """``variant`` trained on ``experiment``'s data (its name and what its settings say of
+        the data and BPE: :func:`reproduce.provenance.trained_settings`)."""
+        self.variant, self.dataset = variant, experiment.name
+        self.settings = trained_settings(variant, experiment)
         self.interruption = interruption or Interruption()
         self.config, self.training = variant.model, variant.training
-        self.output_dir = output_dir
         self.checkpoint_dir = output_dir / "checkpoints"
-        self.train_dir = output_dir / "train"
-        self.on_metrics = on_metrics
+        self.restart_hint = RESTART_HINT.format(folder=output_dir)
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.device = distributed.device()
+        self.records = RunRecords(output_dir / "train", on_metrics, writes=self.rank == 0)
         self.train_corpus = EncodedCorpus.open(train_dir)
         self.dev_corpus = EncodedCorpus.open(dev_dir)
         self.vocab_size = self.train_corpus.vocab_size
+        self.identity = ModelIdentity.of(self.config, self.vocab_size, self.settings,
+                                         self.train_corpus.meta.get("spm_model_sha256"))
 
         t = self.training  # launch checks that the ranks share a step evenly (_check_partition)
-        checkpoint = self._checkpoint_to_resume()
-        self.precision = self._choose_precision(checkpoint)
+        path, state = self._checkpoint_to_resume() or (None, {})
+        self.precision = run_precision(t.precision, self.device, state.get("precision"), path,
+                                       self.restart_hint, warn=self.rank == 0)
         torch.manual_seed(t.seed)  # identical initial weights on every rank
         self.model = build_model(self.config, self.vocab_size).to(self.device)
         self.flops = model_flops(self.config, self.vocab_size)
@@ -164,18 +156,13 @@ class Trainer:
                                            t.checkpoints.every_minutes, t.checkpoints.keep_last,
                                            final_step=t.steps)
         self.step = 0
-        self.totals = {"source_tokens": 0, "target_tokens": 0, "wall_seconds": 0.0,
-                       "training_flops": 0, "padded_positions": 0, "skipped_steps": 0,
-                       "passes": 0.0}
-        self.last_train_loss = float("nan")
-        self.last_dev_loss = float("nan")
-        if checkpoint is not None:
-            self._resume(*checkpoint)
+        self.totals = RunTotals()
+        if path is not None:
+            self._resume(path, state)
+        self.records.keep_until(self.step)  # the records after it (all, afresh) are made again
         if self.rank == 0:
-            # The records after the checkpoint's step (all, without one) are trained again.
-            self._truncate_metrics_after(self.step)
             log.info("training in %s (training.precision: %s) on %s", self.precision, t.precision,
-                     self._device_name())
+                     device_name(self.device))
 
     # -- state ----------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -186,125 +173,39 @@ class Trainer:
             "loss_scaler": self.optimizer_update.state_dict(),
             "step": self.step,
             "stream_position": vars(self.stream.position).copy(),
-            "totals": dict(self.totals),
-            "last_losses": {"train": self.last_train_loss, "dev": self.last_dev_loss},
-            "rng": _rng_states(),
-            **self._identity(),
+            **self.totals.state(),
+            "rng": rng_state.capture(),
+            **self.identity.record(),
         }
 
-    def _identity(self) -> dict:
-        """What rebuilds the model and tells which settings trained it."""
-        return {"model_config": self.config.model_dump(mode="json"), "vocab_size": self.vocab_size,
-                "settings": self.settings, "fingerprint": fingerprint(self.settings),
-                "spm_model_sha256": self.train_corpus.meta.get("spm_model_sha256")}
-
     def _checkpoint_to_resume(self) -> tuple[Path, dict] | None:
-        """The newest good checkpoint, checked to be of this run's settings; None: start afresh."""
+        """The newest good checkpoint, refused before anything is loaded from it unless it is of
+        this run (settings, pieces) and no further than ``training.steps``; None: start afresh."""
         found = latest_good_checkpoint(self.checkpoint_dir)
-        if found is not None:
-            self._check_resumable(*found)
+        if found is None:
+            return None
+        path, state = found
+        pieces = Pieces(str(self.train_corpus.directory), self.vocab_size,
+                        self.identity.spm_model_sha256)
+        check_same_pieces(path, state, pieces, self.restart_hint)
+        check_trained_with(path, state, self.settings, self.restart_hint)
+        if state["step"] > self.training.steps:
+            raise CheckpointError(
+                f"{path}: already at step {state['step']}, beyond training.steps = "
+                f"{self.training.steps}; only raising steps continues a run; {self.restart_hint}")
         return found
-
-    def _choose_precision(self, checkpoint: tuple[Path, dict] | None) -> str:
-        """``training.precision`` resolved for this device; a resumed run keeps the precision it
-        started in (one that predates the record: as resolved now). ``auto`` resolves by the
-        GPU, which a requeued job may find changed: a run that started in fp16 goes on in fp16
-        on a bf16-capable GPU, one that started in bf16 is refused on a GPU without bf16 units
-        rather than continued in fp16; so is a GPU run resumed on a CPU."""
-        bf16_units = has_bf16_units(self.device)
-        fresh = resolve_precision(self.training.precision, self.device.type, bf16_units)
-        if fresh == "bf16" and not bf16_units and self.rank == 0:
-            log.warning("training.precision: bf16 on %s, which has no bf16 units: torch emulates "
-                        "it, slowly (auto would train in fp16)", self._device_name())
-        started_in = None if checkpoint is None else checkpoint[1].get("precision")
-        if started_in is None or started_in == fresh:
-            return fresh
-        path = checkpoint[0]
-        if not can_compute_in(started_in, self.device.type, bf16_units):
-            raise SettingsMismatchError(
-                f"{path}: the run trains in {started_in} (training.precision: "
-                f"{self.training.precision}) and {self._device_name()} cannot; resume it where "
-                f"it can, so that one run does not mix two arithmetics, or "
-                f"{RESTART_HINT.format(folder=self.output_dir)}")
-        if self.rank == 0:
-            log.warning("%s: the run goes on in %s, the precision it started in (training."
-                        "precision: %s would pick %s here)", path, started_in,
-                        self.training.precision, fresh)
-        return started_in
-
-    def _device_name(self) -> str:
-        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
 
     def _resume(self, path: Path, state: dict) -> None:
         # Loaded on the CPU (the RNG states must stay CPU tensors); parameters and optimizer
         # moments are copied onto the model's device by load_state_dict.
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.optimizer_update.load_state_dict(state.get("loss_scaler", {}))
+        self.optimizer_update.load_state_dict(state["loss_scaler"])
         self.step = state["step"]
         self.stream.seek(StreamPosition(**state["stream_position"]))
-        self.totals = self.totals | state["totals"]  # counters added since start at 0
-        self.last_train_loss = state["last_losses"]["train"]
-        self.last_dev_loss = state["last_losses"]["dev"]
-        _restore_rng_states(state["rng"])
+        self.totals.load(state)
+        rng_state.restore(state["rng"])
         log.info("resumed from %s at step %d", path, self.step)
-
-    def _check_resumable(self, path: Path, state: dict) -> None:
-        hint = RESTART_HINT.format(folder=self.output_dir)
-        recorded = state.get("settings")
-        if recorded is None:
-            raise SettingsMismatchError(f"{path}: records no training settings (written by an "
-                                        f"older version); {hint}")
-        self._check_same_data(path, state, hint)
-        if recorded != self.settings:
-            differences = "; ".join(differing_settings(recorded, self.settings))
-            raise SettingsMismatchError(f"{path}: trained with other settings than variant "
-                                        f"{self.variant.name} now has ({differences}); {hint}")
-        if state["step"] > self.training.steps:
-            raise SettingsMismatchError(
-                f"{path}: already at step {state['step']}, beyond training.steps = "
-                f"{self.training.steps}; only raising steps continues a run; {hint}")
-
-    def _check_same_data(self, path: Path, state: dict, hint: str) -> None:
-        """A checkpoint of another vocabulary or sentencepiece model is refused before its
-        weights are loaded (they would not fit, or would mean other pieces)."""
-        train_dir = self.train_corpus.directory
-        if state.get("vocab_size") != self.vocab_size:
-            raise SettingsMismatchError(
-                f"{path}: trained with a vocabulary of {state.get('vocab_size')} pieces, but "
-                f"{train_dir} has {self.vocab_size}; {hint}")
-        recorded, current = state.get("spm_model_sha256"), self.train_corpus.meta.get(
-            "spm_model_sha256")
-        if recorded != current:
-            raise SettingsMismatchError(
-                f"{path}: trained on pieces of the sentencepiece model with sha256 "
-                f"{str(recorded)[:12]}..., but {train_dir} was encoded with "
-                f"{str(current)[:12]}...; {hint}")
-
-    # -- metrics --------------------------------------------------------------------------------
-    @property
-    def manifest_path(self) -> Path:
-        """The kept grid checkpoints, which ``average`` reads (a declared output of training)."""
-        return self.train_dir / "checkpoints.json"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.train_dir / "metrics.jsonl"
-
-    def _truncate_metrics_after(self, step: int) -> None:
-        """Keep the records up to ``step`` (those after it are recorded again as the run goes
-        on); a torn last line (:mod:`reproduce.files`) goes too, before anything is appended."""
-        if self.metrics_path.exists():
-            kept = [record for record in read_records(self.metrics_path) if record["step"] <= step]
-            write_records(self.metrics_path, kept)
-
-    def _record(self, metrics: dict) -> None:
-        if self.rank != 0:
-            return
-        self.train_dir.mkdir(parents=True, exist_ok=True)
-        append_record(self.metrics_path, {"step": self.step, **metrics})
-        if self.on_metrics is not None:
-            self.on_metrics(metrics, self.step)
 
     # -- loop -----------------------------------------------------------------------------------
     def _step_sizes(self, group: list) -> tuple[int, int, int]:
@@ -313,9 +214,6 @@ class Trainer:
         source = self.train_corpus.source_lengths[indices] + 1
         target = self.train_corpus.target_lengths[indices] + 1
         return int(source.sum()), int(target.sum()), self.flops.training(source, target)
-
-    def _logs_at(self, step: int) -> bool:
-        return step % self.training.log_every_steps == 0 or step == self.training.steps
 
     def _train_step(self) -> StepOutcome:
         """One optimizer step on the stream's next micro-batches (skipped on an fp16 overflow:
@@ -377,32 +275,18 @@ class Trainer:
     def _evaluate(self) -> None:
         total, tokens = corpus_negative_log_likelihood(
             self.model, self.dev_corpus, self.training.max_tokens_per_device, self.device)
-        self.last_dev_loss = total / tokens
-        self._record({"dev_loss": self.last_dev_loss,
-                      "dev_perplexity": math.exp(self.last_dev_loss)})
-
-    def checkpoint_bytes(self) -> int:
-        """About the size of one checkpoint: the parameters and Adam's two moments."""
-        return 3 * sum(p.numel() * p.element_size() for p in self.parameters) + 2**20
-
-    def _stop_requested(self) -> bool:
-        """Whether any rank was asked to stop (all ranks agree, so they stop at the same step)."""
-        requested = self.interruption.pending() is not None
-        if self.world == 1:
-            return requested
-        flag = torch.tensor([float(requested)], device=self.device)
-        distributed.all_reduce_sum(flag)
-        if flag.item() > 0:
-            self.interruption.request("another rank was asked to stop")
-            return True
-        return False
+        loss = self.totals.last_losses["dev"] = total / tokens
+        self.records.record(self.step, {"dev_loss": loss, "dev_perplexity": math.exp(loss)})
+        if self.rank == 0:
+            log.info("step %d dev loss %.4f ppl %.3f", self.step, loss, math.exp(loss))
 
     def run(self, stop_after_steps: int | None = None) -> dict | None:
         """Train to ``training.steps``, or stop early, checkpointed, after ``stop_after_steps`` or
         at the end of the step during which a stop was requested (then ``None`` is returned)."""
         t = self.training
         if self.rank == 0:  # the run keeps keep_last checkpoints, writes one more, and final.pt
-            check_room(self.checkpoint_dir, self.checkpoint_bytes(), t.checkpoints.keep_last + 2)
+            check_room(self.checkpoint_dir, checkpoint_bytes(self.model),
+                       t.checkpoints.keep_last + 2)
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
         # tqdm's rate and ETA count the steps since ``initial``: those of this segment alone.
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
@@ -411,23 +295,23 @@ class Trainer:
         while self.step < last_step:
             started = time.monotonic()
             outcome = self._train_step()
-            self.totals["wall_seconds"] += time.monotonic() - started
-            if not outcome.applied:
-                self._skipped()
+            self.totals.wall_seconds += time.monotonic() - started
+            if not outcome.applied:  # an fp16 overflow: not a step
+                self.totals.skipped_steps += 1
+                if self.rank == 0:
+                    log.info("step %d: the fp16 gradient overflowed, update skipped; loss scale "
+                             "now %g", self.step + 1, self.optimizer_update.loss_scale)
                 continue
-            self._check_finite(outcome)
-            self._count(outcome)
+            check_finite(outcome, self.step, self.precision)
+            self.totals.add(outcome)
             window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
             progress.update(1)
-            if self._logs_at(self.step):
+            if self.step % t.log_every_steps == 0 or self.step == t.steps:
                 self._log_progress(outcome, window, progress)
                 window = ThroughputWindow()
             if self.step % t.eval_every_steps == 0 or self.step == t.steps:
                 self._evaluate()
-                if self.rank == 0:
-                    log.info("step %d dev loss %.4f ppl %.3f", self.step, self.last_dev_loss,
-                             math.exp(self.last_dev_loss))
-            stopping = self._stop_requested()
+            stopping = stop_agreed(self.interruption, self.world, self.device)
             if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
                                    or stopping):
                 self.schedule.save(self.state(), self.step)
@@ -440,128 +324,58 @@ class Trainer:
             return None
         return self._finish()
 
-    def _check_finite(self, outcome: StepOutcome) -> None:
-        """Stop a diverged run: its last step's loss or gradient is inf or nan (a non-finite
-        gradient's update was not applied: ``self.step`` is still the step before)."""
-        if outcome.gradient_finite and math.isfinite(outcome.loss):
-            return
-        attempted = self.step if outcome.gradient_finite else self.step + 1
-        what = (f"the training loss is {outcome.loss}" if not math.isfinite(outcome.loss)
-                else f"the gradient is not finite (norm {outcome.grad_norm.item()})")
-        raise NonFiniteLossError(
-            f"step {attempted}: {what} ({self.precision}): training diverged, and this step was "
-            f"not saved; lower training.lr_scale or raise training.warmup_steps, then start over "
-            f"with --restart")
-
-    def _skipped(self) -> None:
-        self.totals["skipped_steps"] += 1
-        if self.rank == 0:
-            log.info("step %d: the fp16 gradient overflowed, update skipped; loss scale now %g",
-                     self.step + 1, self.optimizer_update.loss_scale)
-
-    def _count(self, outcome: StepOutcome) -> None:
-        """Add an applied step to the run's totals (a skipped one adds only its time)."""
-        self.totals["source_tokens"] += outcome.source_tokens
-        self.totals["target_tokens"] += outcome.target_tokens
-        self.totals["training_flops"] += outcome.flops
-        self.totals["padded_positions"] += outcome.padded_positions
-        self.totals["passes"] += outcome.passes
-        self.last_train_loss = outcome.loss
-
     def _log_progress(self, outcome: StepOutcome, window: ThroughputWindow, progress: tqdm) -> None:
         """Record the step's metrics; log a progress line where no progress bar shows."""
-        rates = window.rates(self._peak_flops())
+        rates = window.rates(peak_flops_of(self.device, self.world))
         metrics = {"train_loss": outcome.loss, "lr": self.optimizer.param_groups[0]["lr"],
                    "grad_norm": outcome.grad_norm.item(), "passes_per_step": outcome.passes,
                    **rates}
         if self.precision == "fp16":
             metrics["loss_scale"] = self.optimizer_update.loss_scale
-        self._record(metrics)
+        self.records.record(self.step, metrics)
         progress.set_postfix(loss=f"{outcome.loss:.3f}")
         if progress.disable and self.rank == 0:
             log.info("%s passes/step %.3g", progress_line(
                 self.step, self.training.steps, outcome.loss, metrics["lr"], rates,
-                self.totals["wall_seconds"]), outcome.passes)
-
-    def _peak_flops(self) -> float | None:
-        """The peak FLOP/s of all ranks together, where the device is a known GPU."""
-        if self.device.type != "cuda":
-            return None
-        peak = peak_flops(torch.cuda.get_device_name(self.device))
-        return None if peak is None else peak * self.world
+                self.totals.wall_seconds), outcome.passes)
 
     def _finish(self) -> dict:
-        save_checkpoint({"model": self.model.state_dict(), "step": self.step, **self._identity()},
-                        self.train_dir / "final.pt")
-        write_manifest(self.manifest_path, self.schedule)
-        on_gpu = self.device.type == "cuda"
-        totals, steps, peak = self.totals, max(self.step, 1), self._peak_flops()
-        seconds = max(totals["wall_seconds"], 1e-9)
-        real_positions = totals["source_tokens"] + totals["target_tokens"]
-        summary = {
-            "dataset": self.dataset,
-            "variant": self.variant.name,
-            # What the weights depend on: an edit of the experiment file is told by it
-            # (reproduce.training.staleness), without loading a checkpoint.
-            "settings": self.settings,
-            "fingerprint": fingerprint(self.settings),
-            "steps": self.step,
-            "parameters": self.model.num_parameters(),
-            **totals,
-            "mean_source_tokens_per_step": totals["source_tokens"] / steps,
-            "mean_target_tokens_per_step": totals["target_tokens"] / steps,
-            "micro_batches_per_step": self.training.micro_batches_per_step,
-            # Forward/backward passes a rank made per step (max_tokens_per_device caps a pass).
-            "mean_passes_per_step": totals["passes"] / steps,
-            "compiled": self.compiled,
-            "target_tokens_per_second": totals["target_tokens"] / seconds,
-            "model_flops_per_second": totals["training_flops"] / seconds,
-            # Against the GPUs' dense bf16 peak (reproduce.model.flops); null on CPUs and unknown
-            # GPUs.
-            "mfu": totals["training_flops"] / seconds / peak if peak else None,
-            "world_size": self.world,
-            "device": self._device_name(),
-            # What the passes computed in (training.precision resolved on this device).
-            "precision": self.precision,
-            "gpu_hours": self.world * totals["wall_seconds"] / 3600 if on_gpu else 0.0,
-            "final_train_loss": self.last_train_loss,
-            "final_dev_loss": self.last_dev_loss,
-            # Padding in the passes' [B, T] batches: attention's products compute it, the
-            # matrices skip it (reproduce.model.token_layout).
-            "padding_waste": (1.0 - real_positions / totals["padded_positions"]
-                              if totals["padded_positions"] else 0.0),
-            # The finished run's dev curve, so that the tables read declared outputs only
-            # (metrics.jsonl is the live log, which a resumed training rewrites).
-            "dev_curve": dev_curve(read_records(self.metrics_path)),
-        }
-        write_text_whole(self.train_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        return summary
+        final = {"model": self.model.state_dict(), "step": self.step, **self.identity.record()}
+        run = {"dataset": self.dataset, "variant": self.variant.name,
+               "parameters": self.model.num_parameters(),
+               "micro_batches_per_step": self.training.micro_batches_per_step,
+               "compiled": self.compiled, "precision": self.precision}
+        return self.records.finish(final, self.schedule, run, self.totals, self.device,
+                                   self.world)
 
 
-def _rng_states() -> dict:
-    """Every random generator's state as tensors and plain values (weights_only-loadable)."""
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    version, python_state, gauss_next = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)),
-                  "position": int(position), "has_gauss": int(has_gauss),
-                  "cached_gaussian": float(cached_gaussian)},
-        "python": {"version": version, "state": list(python_state), "gauss_next": gauss_next},
-    }
+def check_finite(outcome: StepOutcome, step: int, precision: str) -> None:
+    """Stop a diverged run: its last step's loss or gradient is inf or nan (a non-finite
+    gradient's update was not applied: ``step`` is still the step before)."""
+    if outcome.gradient_finite and math.isfinite(outcome.loss):
+        return
+    attempted = step if outcome.gradient_finite else step + 1
+    what = (f"the training loss is {outcome.loss}" if not math.isfinite(outcome.loss)
+            else f"the gradient is not finite (norm {outcome.grad_norm.item()})")
+    raise NonFiniteLossError(
+        f"step {attempted}: {what} ({precision}): training diverged, and this step was not "
+        f"saved; lower training.lr_scale or raise training.warmup_steps, then start over with "
+        f"--restart")
 
 
-def _restore_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])  # a CPU ByteTensor: checkpoints are loaded on the CPU
-    if states["cuda"] and torch.cuda.is_available():
-        if len(states["cuda"]) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(states["cuda"])
-        else:
-            log.warning("checkpoint holds %d CUDA RNG states, this machine has %d devices: not "
-                        "restored", len(states["cuda"]), torch.cuda.device_count())
-    numpy = states["numpy"]
-    np.random.set_state((numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))
-    python = states["python"]
-    random.setstate((python["version"], tuple(python["state"]), python["gauss_next"]))
+def stop_agreed(interruption: Interruption, world: int, device: torch.device) -> bool:
+    """Whether any rank was asked to stop (all ranks agree, so they stop at the same step)."""
+    requested = interruption.pending() is not None
+    if world == 1:
+        return requested
+    flag = torch.tensor([float(requested)], device=device)
+    distributed.all_reduce_sum(flag)
+    if flag.item() > 0:
+        interruption.request("another rank was asked to stop")
+        return True
+    return False
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About the size of one checkpoint: the parameters and Adam's two moments."""
+    return 3 * sum(p.numel() * p.element_size() for p in model.parameters()) + 2**20

@@ -9,19 +9,19 @@ from pathlib import Path
 from snakemake.logging import logger
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from reproduce.config import (
-    ConfigError,
-    fingerprint,
-    load_experiment,
-    read_yaml,
-    trained_settings,
-)
+from reproduce.config import ConfigError
 from reproduce.data.download import file_name as download_name
 from reproduce.files import read_json
 from reproduce.errors import ReproduceError
+from reproduce.experiment_file import load_experiment, read_yaml
+from reproduce.provenance import (
+    refuse_stale_training,
+    stale_training_message,
+    trained_settings,
+    training_digest,
+)
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
-from reproduce.training.staleness import refuse_stale_training, stale_training_message
 
 
 def _refuse_duplicate_keys_in_pipeline_config(paths):
@@ -160,7 +160,7 @@ TRAINING_OUTPUTS = ("final.pt", "summary.json", "checkpoints.json")
 
 
 def training_inputs(wildcards):
-    """The encoded train and dev splits. A stale variant (reproduce.training.staleness) whose
+    """The encoded train and dev splits. A stale variant (reproduce.provenance) whose
     training outputs are all there is left as it is (training_fingerprint); one missing some is
     refused here, while Snakemake plans, before it would delete the others to rerun it."""
     folder, summary, settings = _finished_training(
@@ -309,18 +309,9 @@ def training_fingerprint(wildcards):
     """Digest of what the weights of this training (a variant with one of its seeds) depend on,
     its seed included: a changed value replans this training and what follows it, and nothing
     else (rerun-triggers params); a seed added to the list plans that seed alone. A finished one
-    whose settings were edited keeps the digest it was trained with: Snakemake would delete its
-    outputs before the trainer refuses the old checkpoints, so it is left as it is, warned of,
-    and shown stale in the tables (reproduce.training.staleness)."""
-    folder, summary, settings = _finished_training(
-        wildcards.dataset, wildcards.variant, wildcards.seed
-    )
-    recorded = summary.get("settings") if summary is not None else None
-    if stale_training_message(folder, summary, settings) is not None and isinstance(recorded, dict):
-        return fingerprint(recorded)
-    # Current, or settings not recorded: the digest a version before summaries recorded settings
-    # gave it too, unless the file was edited since.
-    return fingerprint(settings)
+    whose settings were edited keeps the digest it was trained with (reproduce.provenance)."""
+    _, summary, settings = _finished_training(wildcards.dataset, wildcards.variant, wildcards.seed)
+    return training_digest(summary, settings)
 
 
 def training_steps(wildcards):
