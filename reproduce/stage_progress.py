@@ -29,7 +29,6 @@ from types import TracebackType
 from tqdm import tqdm
 
 from reproduce.errors import ConfigError
-from reproduce.training.progress import format_duration
 
 INTERVAL_VARIABLE = "REPRODUCE_PROGRESS_SECONDS"
 DEFAULT_INTERVAL_SECONDS = 30.0
@@ -129,3 +128,14 @@ class StageProgress:
             now = time.monotonic()
             if now - self._last_line >= self.interval:
                 self._log_line(now)
+
+
+def format_duration(seconds: float) -> str:
+    """``05:07`` as ``00:05:07``, a day and more as ``1d 02:13:05``; ``?`` when not finite."""
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, whole_seconds = divmod(round(max(seconds, 0.0)), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    clock = f"{hours:02d}:{minutes:02d}:{whole_seconds:02d}"
+    return f"{days}d {clock}" if days else clock

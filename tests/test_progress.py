@@ -8,7 +8,8 @@ import re
 import pytest
 
 from reproduce.training.checkpoints import latest_good_checkpoint, save_checkpoint
-from reproduce.training.progress import format_duration, progress_line
+from reproduce.stage_progress import format_duration
+from reproduce.training.progress import progress_line
 from reproduce.training.trainer import Trainer
 from tests.training_fixtures import TINY, random_corpus, small_variant
 

@@ -22,6 +22,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from reproduce.stage_progress import format_duration
+
 
 @dataclass
 class ThroughputWindow:
@@ -48,17 +50,6 @@ class ThroughputWindow:
                 "steps_per_second": self.steps / seconds,
                 "model_tflops_per_second": flops_per_second / 1e12,
                 **({"mfu": flops_per_second / peak_flops} if peak_flops else {})}
-
-
-def format_duration(seconds: float) -> str:
-    """``05:07`` as ``00:05:07``, a day and more as ``1d 02:13:05``; ``?`` when not finite."""
-    if not math.isfinite(seconds):
-        return "?"
-    minutes, whole_seconds = divmod(round(max(seconds, 0.0)), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    clock = f"{hours:02d}:{minutes:02d}:{whole_seconds:02d}"
-    return f"{days}d {clock}" if days else clock
 
 
 def progress_line(step: int, total_steps: int, loss: float, lr: float, rates: dict,

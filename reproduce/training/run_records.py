@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -28,10 +28,21 @@ from reproduce.training.checkpoints import CheckpointSchedule, save_checkpoint, 
 from reproduce.training.precision import device_name
 from reproduce.training.progress import dev_curve
 
-if TYPE_CHECKING:
-    from reproduce.training.trainer import StepOutcome
-
 MetricsCallback = Callable[[dict, int], None]
+
+
+class StepOutcome(NamedTuple):
+    """What one attempted optimizer step did (``applied`` is False for a skipped fp16 update)."""
+
+    applied: bool
+    loss: float  # mean per target token
+    source_tokens: int
+    target_tokens: int
+    flops: int
+    padded_positions: int
+    passes: float  # forward/backward passes per rank
+    grad_norm: torch.Tensor  # of the true gradient before clipping
+    gradient_finite: bool
 
 
 @dataclass

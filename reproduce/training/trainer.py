@@ -48,7 +48,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -71,7 +70,8 @@ from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, devic
                                           run_precision)
 from reproduce.training.progress import ThroughputWindow, progress_line
 from reproduce.training.projected_loss import projected_label_smoothed_loss
-from reproduce.training.run_records import MetricsCallback, RunRecords, RunTotals, peak_flops_of
+from reproduce.training.run_records import (MetricsCallback, RunRecords, RunTotals, StepOutcome,
+                                            peak_flops_of)
 from reproduce.training.schedule import learning_rate
 from reproduce.training.teacher_forcing import TeacherForcedStates
 
@@ -90,20 +90,6 @@ class NonFiniteLossError(ReproduceError, FloatingPointError):
     FloatingPointError "Minimum loss scale reached"): skipped updates are the scaler's to
     judge, applied ones this check's, in every precision.
     """
-
-
-class StepOutcome(NamedTuple):
-    """What one attempted optimizer step did (``applied`` is False for a skipped fp16 update)."""
-
-    applied: bool
-    loss: float  # mean per target token
-    source_tokens: int
-    target_tokens: int
-    flops: int
-    padded_positions: int
-    passes: float  # forward/backward passes per rank
-    grad_norm: torch.Tensor  # of the true gradient before clipping
-    gradient_finite: bool
 
 
 class Trainer:
