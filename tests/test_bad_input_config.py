@@ -185,7 +185,7 @@ FIELD_CASES = [
     ("name-missing", _set("name", REMOVE), ["name: Field required"]),
     ("task-unknown", _set("task", "tagging"), ["task:", "'tagging'"]),
     ("top-level-unknown-key", _set("modle", {}), ["modle: unknown key"]),
-    ("resources-section", _set("resources", {"gpus": 1}), ["resources:", "slurm/config.yaml"]),
+    ("resources-section", _set("resources", {"gpus": 1}), ["resources: unknown key"]),
 ]
 
 

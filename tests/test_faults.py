@@ -293,7 +293,7 @@ def _copy(folder: Path, into: Path) -> Path:
      r"model.dropout: 0.1 -> 0.2; training.warmup_steps: 10 -> 20"),
     ({"tokens_per_step": 240}, r"training.tokens_per_step: 300 -> 240"),
     ({"precision": "fp16"}, r"training.precision: 'fp32' -> 'fp16'"),  # no two arithmetics in a run
-    ({"clip_norm": 1.0}, r"training.clip_norm: '\(absent\)' -> 1.0"),
+    ({"clip_norm": 1.0}, r"training.clip_norm: None -> 1.0"),
     ({"steps": 6},
      r"already at step 9, beyond training.steps = 6; only raising steps continues a run"),
 ])
