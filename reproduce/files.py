@@ -94,7 +94,7 @@ def read_json(path: Path) -> Any:
         return json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise DataError(f"{path} line {error.lineno} column {error.colno}: not JSON "
-                           f"({error.msg})") from None
+                        f"({error.msg})") from None
 
 
 def _decode_line(raw: bytes, label: str, number: int) -> str:

@@ -157,7 +157,7 @@ def check_trained_with(path: Path, state: dict, settings: dict[str, Any], remedy
     if recorded != settings:
         differences = "; ".join(differing_settings(recorded, settings))
         raise CheckpointError(f"{path}: trained with other settings than the experiment "
-                                    f"now gives ({differences}); {remedy}")
+                              f"now gives ({differences}); {remedy}")
 
 
 def check_same_pieces(path: Path, state: dict, pieces: Pieces, remedy: str) -> None:

@@ -155,7 +155,7 @@ def check_scheme(uri: str) -> None:
             f"embedded SQLite store")
     if scheme == "sqlite" and not uri.removeprefix("sqlite:").strip("/"):
         raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: names no database file "
-                                  "(sqlite:////absolute/path/mlflow.db)")
+                          "(sqlite:////absolute/path/mlflow.db)")
 
 
 def open_sqlite_store(results_dir: Path) -> None:
