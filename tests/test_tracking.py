@@ -126,7 +126,7 @@ def test_flat_params_name_every_hyper_parameter():
     assert params["model.d_model"] == 1024
     assert params["training.checkpoints.keep_last"] == 20
     assert params["decoding.beam_size"] == 4
-    assert params["model.architecture"] == "transformer"  # also where the model's dump omits it
+    assert params["model.architecture"] == "transformer"
     tiny = load_experiment(ROOT / "configs/tiny.yaml")
     assert flat_params(tiny.variant("rnn"), "tiny")["model.architecture"] == "rnn"
     assert run_description(tiny.variant("A_h1")).startswith(

@@ -467,9 +467,6 @@ def flat_params(variant: "ResolvedVariant", dataset: str) -> dict[str, Any]:
     params: dict[str, Any] = {"dataset": dataset, "variant": variant.name}
     for section in ("model", "training", "decoding"):
         _flatten(getattr(variant, section).model_dump(), section, params)
-    # The model's dump leaves a Transformer's architecture out (its fingerprint predates the
-    # recurrent baseline); the runs table and compare view need it for every run.
-    params["model.architecture"] = variant.model.architecture
     return params
 
 

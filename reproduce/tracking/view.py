@@ -19,11 +19,11 @@ MLflow 3.17 the charts of both the run page (*Model metrics*) and the experiment
 run's latest value of it was logged at a step >= 1 (``dataTraceMetricsContainMultipleEpochs``),
 a bar chart otherwise (one bar per run); and it falls in the chart section named by the part of
 its name before the last ``/`` (*Model metrics* when there is none, *System metrics* for
-``system/``), the named sections shown first. Logged at the training's last step, as before, the
-summary made sixteen one-point line charts among the curves; at step 0 and under ``summary/``, it
+``system/``), the named sections shown first. Logged at the training's last step, the summary
+would make sixteen one-point line charts among the curves; at step 0 and under ``summary/``, it
 is one section of bars, one per variant, beside *Model metrics* where the curves stay (train
 loss, learning rate, tokens/s, dev loss and perplexity per evaluation, logged at their steps).
-The scores are logged at step 0 too (bars), under their names of before
+The scores are logged at step 0 too (bars), under plain names
 (``<split>_<checkpoint>_<score>``), which the pipeline's tests and users' queries name. The run
 page's overview lists every metric's latest value either way.
 """
