@@ -50,8 +50,6 @@ class UndecodableTextError(DataError):
     """A text file holds bytes that are not UTF-8."""
 
 
-
-
 # -- reading text ----------------------------------------------------------------------------------
 def iter_lines(path: Path, label: str | None = None) -> Iterator[str]:
     """The lines of ``path`` without their ``\\n``, streamed; ``label`` names the file in errors

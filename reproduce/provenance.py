@@ -37,6 +37,7 @@ from reproduce.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from reproduce.config import Experiment, ModelConfig, ResolvedVariant
+    from reproduce.data.encoded import EncodedCorpus
 
 # Keys of ``training`` that change neither the weights nor the data they are trained on: how
 # often to log, evaluate and save, and how many checkpoints to keep and average. ``steps`` is
@@ -50,7 +51,6 @@ NOT_TRAINED_ON = frozenset({"steps", "log_every_steps", "eval_every_steps", "che
 # How a refused training is started over, without losing what it computed.
 RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves "
                 "checkpoints/ and train/ into {folder}/replaced-<UTC time>/ (nothing is deleted)")
-
 
 
 class StaleTrainingError(ConfigError):
@@ -143,6 +143,11 @@ class Pieces:
     source: str
     size: int
     spm_sha256: str | None
+
+    @classmethod
+    def of_corpus(cls, corpus: EncodedCorpus) -> Pieces:
+        """The pieces of an encoded split, as its ``meta.json`` records them."""
+        return cls(str(corpus.directory), corpus.vocab_size, corpus.meta.get("spm_model_sha256"))
 
 
 # --------------------------------------------------------------------------------------------

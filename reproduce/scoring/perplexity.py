@@ -28,8 +28,7 @@ def checkpoint_perplexity(checkpoint: Path, encoded: Path, max_tokens: int = 409
     checkpoint trained with other settings or on another sentencepiece model's pieces."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     corpus = EncodedCorpus.open(encoded)
-    pieces = Pieces(str(encoded), corpus.vocab_size, corpus.meta.get("spm_model_sha256"))
-    model = load_model(checkpoint, device, expected_settings, pieces)
+    model = load_model(checkpoint, device, expected_settings, Pieces.of_corpus(corpus))
     with StageProgress(f"perplexity on {encoded}", len(corpus), "sentences", log) as progress:
         total, tokens = corpus_negative_log_likelihood(model, corpus, max_tokens, device, progress)
     loss = total / tokens

@@ -58,7 +58,6 @@ ARTIFACTS = "mlartifacts"  # a local store's artifacts: <results>/mlartifacts
 log = logging.getLogger(__name__)
 
 
-
 def redact(text: str) -> str:
     """``text`` with the credentials of every URL in it (``scheme://user:password@``) masked."""
     return _CREDENTIALS.sub("***@", text)

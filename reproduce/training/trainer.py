@@ -171,9 +171,7 @@ class Trainer:
         if found is None:
             return None
         path, state = found
-        pieces = Pieces(str(self.train_corpus.directory), self.vocab_size,
-                        self.identity.spm_model_sha256)
-        check_same_pieces(path, state, pieces, self.restart_hint)
+        check_same_pieces(path, state, Pieces.of_corpus(self.train_corpus), self.restart_hint)
         check_trained_with(path, state, self.settings, self.restart_hint)
         if state["step"] > self.training.steps:
             raise CheckpointError(
