@@ -29,7 +29,6 @@ settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``), 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import torch
 from reproduce.experiment_file import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
-from reproduce.files import write_text_whole
+from reproduce.files import write_json
 from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
@@ -115,7 +114,7 @@ def main() -> None:
           f"{len(sources)} sentences): {figures['sentences_per_second']:,.1f} sentences/s, "
           f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
     if args.json:
-        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from reproduce.files import write_text_whole
+from reproduce.files import write_json
 from reproduce.special_tokens import PAD
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk
@@ -148,7 +148,7 @@ def main() -> None:
                    "vocab": args.vocab, "padding": args.padding, "epsilon": EPSILON,
                    "bf16": args.bf16, "chunk_rows": rows_per_chunk(args.vocab), "rows": rows,
                    "ratios": ratios}
-        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":

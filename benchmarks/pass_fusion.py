@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from reproduce.config import Experiment
 from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.training.batching import MicroBatchStream, device_passes
@@ -49,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE_WIDTHS = {"layers": 2}  # the rest as the paper's base in configs/wmt14_en_de.yaml
 
 
-def _variant(config: str, name: str, model: dict, training: dict):
-    variant = load_experiment(ROOT / config).variant(name)
+def _variant(experiment: Experiment, name: str, model: dict, training: dict):
+    variant = experiment.variant(name)
     return variant.model_copy(update={"model": variant.model.model_copy(update=model),
                                       "training": variant.training.model_copy(update=training)})
 
@@ -75,10 +76,10 @@ def count_operations(args) -> None:
         folder = Path(scratch)
         train = write_synthetic_corpus(folder / "train", 20_000, args.vocab, seed=0)
         dev = write_synthetic_corpus(folder / "dev", 100, args.vocab, seed=1)
-        variant = _variant("configs/wmt14_en_de.yaml", "base", BASE_WIDTHS,
+        experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+        variant = _variant(experiment, "base", BASE_WIDTHS,
                            {"steps": 10, "tokens_per_step": args.tokens_per_step,
                             "precision": "fp32", "compile": False})
-        experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
         trainer = Trainer(variant, experiment, train, dev, folder / "run")
         trainer._train_step()  # warm-up: allocations, first shapes
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -93,12 +94,12 @@ def count_operations(args) -> None:
 
 
 def measure_speed(args) -> None:
-    variant = _variant("configs/tiny.yaml", "base", {},
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    variant = _variant(experiment, "base", {},
                        {"steps": args.steps, "log_every_steps": args.steps,
                         "eval_every_steps": 10 * args.steps, "compile": False})
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        experiment = load_experiment(ROOT / "configs/tiny.yaml")
         summary = Trainer(variant, experiment, args.train, args.dev, Path(scratch)).run()
         seconds = time.perf_counter() - started
     passes = summary.get("mean_passes_per_step", "one per micro-batch (8)")

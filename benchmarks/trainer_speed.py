@@ -25,7 +25,6 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -34,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from reproduce.config import Experiment
 from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
-from reproduce.files import write_text_whole
+from reproduce.files import read_records, write_json
 from reproduce.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,9 +62,8 @@ def write_synthetic_corpus(directory: Path, pairs: int, vocab: int, seed: int) -
     return directory
 
 
-def variant_for(size: str, steps: int, log_every: int, compile_model: bool, precision: str | None,
-                tokens_per_step: int | None):
-    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+def variant_for(experiment: Experiment, size: str, steps: int, log_every: int,
+                compile_model: bool, precision: str | None, tokens_per_step: int | None):
     variant = experiment.variant("big" if size == "big" else "base")
     model = variant.model.model_copy(update=CPU_MODEL) if size == "cpu" else variant.model
     training = variant.training.model_copy(update={
@@ -98,13 +97,12 @@ def main() -> None:
         train = write_synthetic_corpus(folder / "train", args.pairs, args.vocab, seed=0)
         dev = write_synthetic_corpus(folder / "dev", 500, args.vocab, seed=1)
         print(f"synthetic corpus: {args.pairs} pairs in {time.perf_counter() - started:.0f} s")
-        variant = variant_for(args.size, args.steps, args.log_every, args.compile, args.precision,
-                              args.tokens_per_step)
         experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+        variant = variant_for(experiment, args.size, args.steps, args.log_every, args.compile,
+                              args.precision, args.tokens_per_step)
         trainer = Trainer(variant, experiment, train, dev, folder / "run")
         summary = trainer.run()
-        records = trainer.records.metrics_path.read_text().splitlines()
-        windows = [json.loads(line) for line in records]
+        windows = read_records(trainer.records.metrics_path)
         windows = [row for row in windows if "target_tokens_per_second" in row]
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
@@ -127,7 +125,7 @@ def main() -> None:
         print(f"{figures['name']} {args.size} (trainer, {label}): "
               f"{headline['target_tokens_per_second'] / 1000:,.1f}k target tok/s, exact MFU {mfu}")
     if args.json:
-        write_text_whole(args.json, json.dumps(figures, indent=2) + "\n")
+        write_json(args.json, figures)
 
 
 def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: bool) -> dict:
