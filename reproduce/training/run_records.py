@@ -166,5 +166,5 @@ def peak_flops_of(device: torch.device, world: int) -> float | None:
     """The peak FLOP/s of ``world`` ranks on ``device``s together, where it is a known GPU."""
     if device.type != "cuda":
         return None
-    peak = peak_flops(torch.cuda.get_device_name(device))
+    peak = peak_flops(device_name(device))
     return None if peak is None else peak * world
