@@ -35,6 +35,12 @@ def load_sentencepiece(spm_model: Path) -> sentencepiece.SentencePieceProcessor:
         ) from None
 
 
+def sentencepiece_sha256(spm_model: Path) -> str:
+    """The digest that names the pieces ``spm_model`` makes: an encoded split's ``meta.json``
+    records it, and checkpoints carry it on (:class:`reproduce.provenance.Pieces`)."""
+    return hashlib.sha256(spm_model.read_bytes()).hexdigest()
+
+
 def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
                         model_prefix: Path) -> Path:
     """Train on a shuffled sample of ``input_sentence_size`` sentences from both sides.
@@ -115,7 +121,7 @@ def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -
     processor = load_sentencepiece(spm_model)
     writer = EncodedCorpusWriter(
         out_dir, processor.vocab_size(),
-        {"spm_model_sha256": hashlib.sha256(spm_model.read_bytes()).hexdigest()},
+        {"spm_model_sha256": sentencepiece_sha256(spm_model)},
     )
     threads = os.cpu_count() or 1
     sources, targets = iter_lines(src_txt), iter_lines(tgt_txt)

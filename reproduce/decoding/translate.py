@@ -10,7 +10,6 @@ logged as decoding goes (:mod:`reproduce.stage_progress`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 from pydantic import ValidationError
 
 from reproduce.config import DecodingConfig, ModelConfig
-from reproduce.data.bpe import load_sentencepiece
+from reproduce.data.bpe import load_sentencepiece, sentencepiece_sha256
 from reproduce.decoding.beam_search import beam_search
 from reproduce.errors import CheckpointError, DataError
 from reproduce.files import read_lines, write_text_whole
@@ -111,8 +110,7 @@ def translate_file(
     processor = load_sentencepiece(spm_model)
     sentences = read_lines(source)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    pieces = Pieces(str(spm_model), processor.vocab_size(),
-                            hashlib.sha256(spm_model.read_bytes()).hexdigest())
+    pieces = Pieces(str(spm_model), processor.vocab_size(), sentencepiece_sha256(spm_model))
     model = load_model(checkpoint, device, expected_settings, pieces)
     translations = translate_sentences(model, processor, sentences, decoding, device, str(source))
     _check_one_line_each(translations, len(sentences), source)
