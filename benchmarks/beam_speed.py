@@ -39,7 +39,8 @@ from reproduce.experiment_file import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
-from trainer_speed import CPU_MODEL, ROOT, wmt_source_lengths
+from reproduce.training.precision import device_name
+from trainer_speed import CPU_MODEL, ROOT, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
 WARM_UP_SENTENCES = 8
@@ -91,11 +92,10 @@ def main() -> None:
 
     generated = sum(len(line.split()) + 1 for line in translations)  # + EOS
     source_tokens = sum(len(line.split()) + 1 for line in sources)
-    name = "CPU" if device.type == "cpu" else (
-        torch.cuda.get_device_name(device).replace("NVIDIA ", "").split()[0])
+    name = short_device_name(device_name(device))
     figures = {
         "benchmark": "beam_speed",
-        "device": name if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device": name if device.type == "cpu" else device_name(device),
         "name": name, "size": args.size, "layers": config.layers, "d_model": config.d_model,
         "vocab": args.vocab, "beam": decoding.beam_size, "alpha": decoding.length_penalty,
         "max_length_offset": decoding.max_length_offset,

@@ -44,6 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_MODEL = {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "d_k": 64, "d_v": 64}
 
 
+def short_device_name(device: str) -> str:
+    """How a headline names the machine: ``H100`` for ``NVIDIA H100 80GB HBM3``, ``CPU`` for
+    ``cpu`` (:func:`reproduce.training.precision.device_name`'s names)."""
+    return "CPU" if device == "cpu" else device.replace("NVIDIA ", "").split()[0]
+
+
 def wmt_source_lengths(rng: np.random.Generator, sentences: int) -> np.ndarray:
     """WMT-like sentence lengths in tokens: log-normal around 26, between 1 and 200."""
     return np.clip(rng.lognormal(np.log(26), 0.6, sentences).astype(int), 1, 200)
@@ -141,7 +147,7 @@ def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: boo
             "model_tflops_per_second": flops / 1e12, "mfu": flops / peak if peak else None}
     return {
         "benchmark": "trainer_speed", "device": device,
-        "name": "CPU" if device == "cpu" else device.replace("NVIDIA ", "").split()[0],
+        "name": short_device_name(device),
         "size": size, "precision": summary["precision"], "compile": compiled,
         "steps": summary["steps"],
         "mean_source_tokens_per_step": summary["mean_source_tokens_per_step"],
