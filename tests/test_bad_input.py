@@ -826,7 +826,7 @@ def _not_recorded_not_shown(world: World, result: subprocess.CompletedProcess) -
     row = next(row for row in csv.DictReader((world.root / "tables-old/table3.csv").open())
                if row["variant"] == "base")
     assert "seed 1: stale: trained with other settings (" in row["status"]  # seed 2: not started
-    assert "model.d_model: '(absent)' -> " in row["status"]
+    assert "model.d_model: '(absent)' -> 16" in row["status"]
     assert row["BLEU (dev)"] == row["PPL (dev)"] == row["params x10^6"] == ""
     base = world.root / "results-old/tiny/base/seed-1"
     assert json.loads((base / "train/summary.json").read_text()) == OLD_SUMMARY  # left as it is
