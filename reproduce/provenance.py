@@ -110,9 +110,8 @@ class ModelIdentity:
     spm_model_sha256: str | None
 
     @classmethod
-    def of(cls, config: ModelConfig, vocab_size: int, settings: dict[str, Any],
-           spm_model_sha256: str | None) -> ModelIdentity:
-        return cls(config.model_dump(mode="json"), vocab_size, settings, spm_model_sha256)
+    def of(cls, config: ModelConfig, pieces: Pieces, settings: dict[str, Any]) -> ModelIdentity:
+        return cls(config.model_dump(mode="json"), pieces.size, settings, pieces.spm_sha256)
 
     def record(self) -> dict[str, Any]:
         """The entries a checkpoint, ``final.pt`` or ``averaged.pt`` holds beside its weights."""

@@ -109,9 +109,9 @@ class Trainer:
         self.records = RunRecords(output_dir / "train", on_metrics, writes=self.rank == 0)
         self.train_corpus = EncodedCorpus.open(train_dir)
         self.dev_corpus = EncodedCorpus.open(dev_dir)
-        self.vocab_size = self.train_corpus.vocab_size
-        self.identity = ModelIdentity.of(self.config, self.vocab_size, self.settings,
-                                         self.train_corpus.meta.get("spm_model_sha256"))
+        self.pieces = Pieces.of_corpus(self.train_corpus)
+        self.vocab_size = self.pieces.size
+        self.identity = ModelIdentity.of(self.config, self.pieces, self.settings)
 
         t = self.training  # launch checks that the ranks share a step evenly (_check_partition)
         path, state = self._checkpoint_to_resume() or (None, {})
@@ -171,7 +171,7 @@ class Trainer:
         if found is None:
             return None
         path, state = found
-        check_same_pieces(path, state, Pieces.of_corpus(self.train_corpus), self.restart_hint)
+        check_same_pieces(path, state, self.pieces, self.restart_hint)
         check_trained_with(path, state, self.settings, self.restart_hint)
         if state["step"] > self.training.steps:
             raise CheckpointError(
