@@ -92,10 +92,11 @@ def main() -> None:
 
     generated = sum(len(line.split()) + 1 for line in translations)  # + EOS
     source_tokens = sum(len(line.split()) + 1 for line in sources)
-    name = short_device_name(device_name(device))
+    machine = device_name(device)
+    name = short_device_name(machine)
     figures = {
         "benchmark": "beam_speed",
-        "device": name if device.type == "cpu" else device_name(device),
+        "device": name if device.type == "cpu" else machine,
         "name": name, "size": args.size, "layers": config.layers, "d_model": config.d_model,
         "vocab": args.vocab, "beam": decoding.beam_size, "alpha": decoding.length_penalty,
         "max_length_offset": decoding.max_length_offset,

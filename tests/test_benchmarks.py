@@ -68,3 +68,4 @@ def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tm
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert (figures["source_tokens"], figures["generated_tokens"]) == (source, generated)
     assert figures["sentences"] == 6 and figures["beam"] == 4 and figures["alpha"] == 0.6
+    assert figures["device"] == figures["name"] == "CPU"
