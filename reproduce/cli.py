@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
-import signal
 import sys
 import traceback
 
@@ -80,16 +79,8 @@ def expected_error_message(error: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run one command; Ctrl-C (SIGINT) ends it with one line and the shell's status for it."""
-    try:
-        _run(argv)
-    except KeyboardInterrupt:  # Python unwinds: the commands' temporary files are removed
-        sys.stderr.write("reproduce: stopped by SIGINT; nothing partial is left under an "
-                         "output's name: run the command again\n")
-        sys.exit(128 + signal.SIGINT)
-
-
-def _run(argv: list[str] | None) -> None:
+    """Run one command; an expected error ends it with one line. (Ctrl-C is handled by the entry
+    point, :mod:`reproduce.__main__`, before this module is imported.)"""
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -182,6 +182,37 @@ def test_a_stop_signal_ends_the_command_cleanly_and_a_rerun_gives_the_same_resul
     _assert_rerun_gives_the_straight_result(stage, experiment, results, out)
 
 
+# Modules the score command imports on its way, each followed by more: the CLI's own, numpy
+# (which torch imports while catching errors), and MLflow (a second of imports).
+INTERRUPTED_IMPORTS = ("reproduce.config", "numpy.version", "mlflow.version")
+
+
+@pytest.mark.parametrize("module", INTERRUPTED_IMPORTS)
+def test_ctrl_c_in_the_middle_of_an_import_ends_the_command_cleanly(pipeline, tmp_path, module):
+    """Ctrl-C just after ``module`` is imported (Python's import-time report says when), so while
+    the imports around it run: the process ends by the signal, with no traceback and nothing
+    partial. Raised there as a KeyboardInterrupt, it would leave a C extension half initialised,
+    and the command would fail with an unrelated error or carry on."""
+    experiment, results = pipeline
+    stage, out = STAGES["score"], tmp_path / "results"
+    expected = _expected(stage, results)
+    process = subprocess.Popen(stage.argv(experiment, results, out), cwd=ROOT,
+                               env={**ENVIRONMENT, "PYTHONPROFILEIMPORTTIME": "1"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if line.startswith("import time:") and line.split("|")[-1].strip() == module:
+            process.send_signal(signal.SIGINT)
+            break
+    else:
+        pytest.fail(f"the score command ended without importing {module}")
+    _, stderr = process.communicate(timeout=120)
+    lines = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert process.returncode == -signal.SIGINT, (process.returncode, lines[-30:])
+    assert "Traceback" not in stderr, lines[-30:]
+    _assert_nothing_partial(stage, expected, out)
+    _assert_rerun_gives_the_straight_result(stage, experiment, results, out)
+
+
 # -- damaged files a stage reads ---------------------------------------------------------------
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])

@@ -216,3 +216,5 @@ def test_an_installed_package_reads_the_papers_numbers_outside_the_checkout(inst
     assert sizes.split() == [str(len(paper_table2())), str(len(paper_table3())),
                              str(len(paper_table4()))]
     assert _outside_the_checkout(site, "-m", "reproduce", "tables", "--help").stdout
+    console_script = site / "bin" / "reproduce"  # pyproject's [project.scripts] entry point
+    assert _outside_the_checkout(site, str(console_script), "tables", "--help").stdout
