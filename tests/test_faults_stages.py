@@ -72,9 +72,10 @@ def _error_line(done: subprocess.CompletedProcess, command: str) -> str:
     return lines[0]
 
 
-def _start(stage: Stage, experiment: Path, results: Path, out: Path, **popen) -> subprocess.Popen:
-    return subprocess.Popen(stage.argv(experiment, results, out), env=ENVIRONMENT, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+def _start(stage: Stage, experiment: Path, results: Path, out: Path,
+           environment: dict[str, str] = ENVIRONMENT) -> subprocess.Popen:
+    return subprocess.Popen(stage.argv(experiment, results, out), env=environment, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _first_write(out: Path, process: subprocess.Popen) -> bool:
@@ -196,9 +197,8 @@ def test_ctrl_c_in_the_middle_of_an_import_ends_the_command_cleanly(pipeline, tm
     experiment, results = pipeline
     stage, out = STAGES["score"], tmp_path / "results"
     expected = _expected(stage, results)
-    process = subprocess.Popen(stage.argv(experiment, results, out), cwd=ROOT,
-                               env={**ENVIRONMENT, "PYTHONPROFILEIMPORTTIME": "1"},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = _start(stage, experiment, results, out,
+                     environment={**ENVIRONMENT, "PYTHONPROFILEIMPORTTIME": "1"})
     for line in process.stderr:
         if line.startswith("import time:") and line.split("|")[-1].strip() == module:
             process.send_signal(signal.SIGINT)
