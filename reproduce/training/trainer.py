@@ -110,7 +110,6 @@ class Trainer:
         self.train_corpus = EncodedCorpus.open(train_dir)
         self.dev_corpus = EncodedCorpus.open(dev_dir)
         self.pieces = Pieces.of_corpus(self.train_corpus)
-        self.vocab_size = self.pieces.size
         self.identity = ModelIdentity.of(self.config, self.pieces, self.settings)
 
         t = self.training  # launch checks that the ranks share a step evenly (_check_partition)
@@ -118,8 +117,8 @@ class Trainer:
         self.precision = run_precision(t.precision, self.device, state.get("precision"), path,
                                        self.restart_hint, warn=self.rank == 0)
         torch.manual_seed(t.seed)  # identical initial weights on every rank
-        self.model = build_model(self.config, self.vocab_size).to(self.device)
-        self.flops = model_flops(self.config, self.vocab_size)
+        self.model = build_model(self.config, self.pieces.size).to(self.device)
+        self.flops = model_flops(self.config, self.pieces.size)
         # The wrappers share the model's parameters; checkpoints save the plain model. The
         # wrapped call gives decoder states; the projection is fused with the loss (_train_step).
         teacher_forced = TeacherForcedStates(self.model)
