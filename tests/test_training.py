@@ -4,6 +4,8 @@ import json
 
 import pytest
 import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
 
 from reproduce.averaging import average_checkpoints, average_last
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
@@ -194,7 +196,11 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     eager = small_variant(steps=3, dropout=0.0)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
     Trainer(eager, TINY, train, dev, tmp_path / "eager").run()
+    torch._dynamo.reset()
+    counters.clear()
     Trainer(compiled, TINY, train, dev, tmp_path / "compiled").run()
+    # passes of many sizes, one graph: traced with symbolic sizes from the first pass on
+    assert counters["stats"]["unique_graphs"] == 1 and counters["frames"]["total"] == 1
     a, b = _final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"]
     assert a.keys() == b.keys()  # checkpoints hold the plain model, not the compiled wrapper
     key_bias = _key_bias_masks(eager.model, a)

@@ -9,10 +9,15 @@ The projection and the loss run outside it, fused
 of a parameter outside the wrapped call still reaches DistributedDataParallel's gradient hooks:
 they fire on each parameter's gradient accumulator, which autograd runs once per backward pass
 with every use's contribution summed (the embedding lookup's and the projection's alike).
+
+Every pass has sizes of its own (sentences, widths, token counts). Compiled, the call is traced
+once with those sizes symbolic (:func:`mark_pass_sizes_dynamic`): torch.compile would otherwise
+first specialise on the first pass's sizes and compile everything again at the second pass.
 """
 
 from __future__ import annotations
 
+import torch._dynamo
 from torch import Tensor, nn
 
 from reproduce.model.encoder_decoder import TranslationModel
@@ -34,3 +39,13 @@ class TeacherForcedStates(nn.Module):
         encoded = self.model.encode(source, TokenLayout.of(source, source_index, source_noise))
         return self.model.target_token_states(
             target_input, encoded, TokenLayout.of(target_input, target_index, target_noise))
+
+
+def mark_pass_sizes_dynamic(*tensors: Tensor | None) -> None:
+    """Mark every size of a pass's inputs (``[B, S]``, ``[B, T]``, ``[M]``, ``[N]``) as one that
+    changes from pass to pass, before the compiled call first sees them (sizes 0 and 1 stay
+    specialised: torch.compile always specialises those)."""
+    for tensor in tensors:
+        if tensor is not None:
+            for dimension in range(tensor.dim()):
+                torch._dynamo.maybe_mark_dynamic(tensor, dimension)

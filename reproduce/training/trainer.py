@@ -73,7 +73,7 @@ from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.run_records import (MetricsCallback, RunRecords, RunTotals, StepOutcome,
                                             peak_flops_of)
 from reproduce.training.schedule import learning_rate
-from reproduce.training.teacher_forcing import TeacherForcedStates
+from reproduce.training.teacher_forcing import TeacherForcedStates, mark_pass_sizes_dynamic
 
 log = logging.getLogger(__name__)
 
@@ -246,10 +246,12 @@ class Trainer:
     def _pass_loss(self, batch) -> torch.Tensor:
         """The summed label-smoothed loss of one pass's target tokens (section 5.4)."""
         dtype = autocast_dtype(self.precision)
+        inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
+                  batch.source_noise, batch.target_noise)
+        if self.compiled:
+            mark_pass_sizes_dynamic(*inputs)
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
-            states = self.forward(batch.source, batch.target_input, batch.source_index,
-                                  batch.target_index, batch.source_noise,
-                                  batch.target_noise)  # [N, d] at the target tokens
+            states = self.forward(*inputs)  # [N, d] at the target tokens
             loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
                                                     batch.target_tokens(),
                                                     self.config.label_smoothing)
