@@ -15,18 +15,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import submitit
 import torch
 import torch.multiprocessing
 from torch.profiler import ProfilerActivity, profile
 
 from reproduce.config import ModelConfig
+from reproduce.errors import ConfigError
 from reproduce.experiment_file import load_experiment
 from reproduce.decoding.beam_search import beam_search
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, PAD
 from reproduce.training import distributed, trainer as trainer_module
 from reproduce.training.checkpoints import load_checkpoint
-from reproduce.training.launch import launch_training
+from reproduce.training.launch import launch_training, local_gpus
 from reproduce.training.trainer import Trainer
 from tests.test_model import random_tokens, tiny_model
 from tests.test_projected_loss import bf16_autocast_errors
@@ -141,6 +143,36 @@ def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
     encoded, cache = model.encode(source), DecoderCache()
     steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
+
+
+def _visible_gpus() -> str | None:
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@pytest.mark.parametrize(("launching", "ranks_see"), [(None, "0,1"), ("3,5", "3,5")])
+def test_local_ranks_see_the_gpus_of_the_process_that_launches_them(monkeypatch, tmp_path,
+                                                                    launching, ranks_see):
+    """submitit's local executor gives its tasks no GPU unless asked (CUDA_VISIBLE_DEVICES
+    empty: ``--launcher local`` trained on the CPU of a GPU machine), and numbers those it gives
+    from 0 unless told which."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    if launching is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", launching)
+    executor = submitit.LocalExecutor(folder=tmp_path)
+    executor.update_parameters(tasks_per_node=2, timeout_min=5, **local_gpus())
+    assert executor.submit(_visible_gpus).results() == [ranks_see, ranks_see]
+
+
+def test_local_ranks_refuse_gpus_named_otherwise_than_by_index(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8d4c1f0e")
+    with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES='GPU-8d4c1f0e': the local "
+                                          r"launcher hands GPUs to its processes by index"):
+        local_gpus()
 
 
 @pytest.mark.gpu

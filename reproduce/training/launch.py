@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,27 @@ def _check_partition(variant: ResolvedVariant, ranks: int, launcher: Launcher) -
         )
 
 
+def local_gpus() -> dict:
+    """The local executor's GPU parameters that hand its tasks the GPUs this process sees.
+
+    submitit sets the tasks' ``CUDA_VISIBLE_DEVICES`` to its ``gpus_per_node`` first GPUs (none
+    unless asked: the ranks would train on the CPU), numbered from 0 unless ``visible_gpus``
+    names them. The ranks share what they get round-robin
+    (:func:`reproduce.training.distributed.device`)."""
+    if not torch.cuda.is_available():
+        return {}
+    count = torch.cuda.device_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return {"gpus_per_node": count}
+    named = [name.strip() for name in visible.split(",")][:count]
+    if not all(name.isdigit() for name in named):
+        raise ConfigError(
+            f"CUDA_VISIBLE_DEVICES={visible!r}: the local launcher hands GPUs to its processes by "
+            f"index; name them by index (nvidia-smi -L lists them), or train inline or on Slurm")
+    return {"gpus_per_node": count, "visible_gpus": [int(name) for name in named]}
+
+
 def launch_training(
     experiment: Experiment,
     variant: ResolvedVariant,
@@ -240,11 +262,12 @@ def launch_training(
         return task()
     distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
     # Requeues after a time limit, counted by submitit (the local executor ignores it).
-    executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
-                                     slurm_max_num_timeout=slurm.max_requeues)
     if launcher == "local":
-        executor.update_parameters(tasks_per_node=tasks, timeout_min=slurm.runtime)
+        executor = submitit.LocalExecutor(folder=output_dir / "submitit")
+        executor.update_parameters(tasks_per_node=tasks, timeout_min=slurm.runtime, **local_gpus())
     else:
+        executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
+                                         slurm_max_num_timeout=slurm.max_requeues)
         executor.update_parameters(**slurm.submitit_parameters(f"train-{experiment.name}-{variant.name}"))
     job = executor.submit(task)
     log.info("submitted %s job %s; logs: %s", launcher, job.job_id, job.paths.stdout)
