@@ -18,6 +18,7 @@ import pytest
 import submitit
 import torch
 import torch.multiprocessing
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.profiler import ProfilerActivity, profile
 
 from reproduce.config import ModelConfig
@@ -301,13 +302,23 @@ def _free_port() -> int:
 
 def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -> None:
     """One of two ranks: two steps through the Trainer's DistributedDataParallel, after which
-    rank 0 writes down what DDP says of itself."""
+    rank 0 writes down what DDP says of itself, and the buckets the second step all-reduced
+    (DDP puts every gradient in one bucket for the first step, and rebuilds its buckets in the
+    order the first backward pass produced the gradients; its logging data keep the first)."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     distributed.initialise()
     try:
         trainer = Trainer(variant, TINY, *corpora, folder / "run")
+        reduced = []  # bytes of each bucket all-reduced, in the order they were
+
+        def record_bucket(state, bucket):
+            reduced.append(bucket.buffer().numel() * bucket.buffer().element_size())
+            return default_hooks.allreduce_hook(state, bucket)
+
+        trainer.parallel.register_comm_hook(None, record_bucket)
         for _ in range(2):  # a parameter without a gradient would make the second step raise
+            reduced.clear()
             trainer._train_step()
         if rank == 0:
             ddp = trainer.parallel
@@ -316,7 +327,7 @@ def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -
                 "wraps": type(ddp.module).__name__, "device": str(trainer.device),
                 "find_unused_parameters": ddp.find_unused_parameters,
                 "bucket_bytes_cap": ddp.bucket_bytes_cap, "device_ids": ddp.device_ids,
-                "bucket_sizes": [int(size) for size in logged["bucket_sizes"].split(",")],
+                "bucket_sizes": reduced,
                 "bucketed_bytes": logged["total_parameter_size_bytes"],
                 "backend": logged["backend_name"],
                 "parameter_bytes": sum(p.numel() * p.element_size() for p in trainer.parameters),
@@ -336,22 +347,23 @@ def ddp_settings_of_two_ranks(variant, corpora, folder: Path) -> dict:
     assert report["wraps"] == "TeacherForcedStates"
     assert report["find_unused_parameters"] is False
     assert report["bucket_bytes_cap"] == 25 * 2**20
-    # every parameter in a bucket, once (the shared embedding too)
+    # every parameter in a bucket, once (the shared embedding too), and at base widths several
+    # buckets: each all-reduced as soon as the backward pass has filled it
     assert sum(report["bucket_sizes"]) == report["bucketed_bytes"] == report["parameter_bytes"]
+    assert len(report["bucket_sizes"]) > 1
     return report
 
 
 def test_data_parallel_buckets_every_parameter_and_searches_no_unused_ones(corpora, tmp_path):
-    ddp_settings_of_two_ranks(small_variant(steps=2), corpora, tmp_path)
+    ddp_settings_of_two_ranks(_base_width_variant(steps=2, precision="fp32"), corpora, tmp_path)
 
 
 @pytest.mark.gpu
 def test_data_parallel_on_the_gpu_reduces_base_widths_in_several_buckets(corpora, tmp_path):
-    """At base widths the gradients fill several buckets, each all-reduced as soon as the
-    backward pass has filled it; two ranks on one GPU talk through gloo (NCCL needs a GPU each)."""
+    """As on the CPU, in bf16 on the GPU; two ranks on one GPU talk through gloo (NCCL needs a
+    GPU each)."""
     report = ddp_settings_of_two_ranks(_base_width_variant(steps=2, precision="bf16"), corpora,
                                        tmp_path)
     one_gpu_each = torch.cuda.device_count() >= 2
     assert report["device"] == "cuda:0" and report["device_ids"] == [0]
     assert report["backend"] == ("nccl" if one_gpu_each else "gloo")
-    assert len(report["bucket_sizes"]) > 1
