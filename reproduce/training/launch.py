@@ -1,8 +1,9 @@
 """Where training runs: in this process, in local processes, or as a Slurm job, through submitit.
 
 ``inline`` trains in the calling process (one rank). ``local`` starts ``tasks`` processes with
-submitit's local executor; ``slurm`` submits one job as the profile's
-:class:`~reproduce.training.slurm_request.SlurmRequest` asks, one task per GPU. Every task reads
+submitit's local executor, on the GPUs the calling process sees (:func:`local_gpus`); ``slurm``
+submits one job as the profile's :class:`~reproduce.training.slurm_request.SlurmRequest` asks,
+one task per GPU. Every task reads
 its rank from :class:`submitit.JobEnvironment`, exports the torch.distributed variables with
 :class:`submitit.helpers.TorchDistributedEnvironment`, and trains; rank 0 alone writes files and
 logs to MLflow. On Slurm, a job that reaches its time limit or is preempted receives a signal,
