@@ -15,11 +15,19 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes
     .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 \\
         --steps 12 --log-every 4
 
+``--profile K`` then profiles K more steps of the trained (warm, compiled where asked) trainer
+with torch.profiler: the wall time of a profiled step, the device's busy time (its kernels' time
+summed) and kernel launches per step, the kernels that take the most device time and the host
+operations that take the most host time; where an unprofiled step's wall time is far above the
+device's busy time, the host is the bottleneck.
+
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, ``precision``, ``compile``, ``steps``, the mean tokens per step,
 ``padding``, every window (``step``, ``target_tokens_per_second``, ``model_tflops_per_second``,
 ``mfu`` or null) and the ``cold`` and ``warm`` headlines (``target_tokens_per_second``,
-``mfu`` against the GPU's peak, or null when none is known).
+``mfu`` against the GPU's peak, or null when none is known); with ``--profile``, ``profile``
+(``steps``, ``wall_ms_per_step``, ``device_busy_ms_per_step`` and ``kernels_per_step``, null on
+a CPU, ``top_kernels`` and ``top_host_ops``).
 """
 
 from __future__ import annotations
@@ -28,10 +36,13 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from reproduce.config import Experiment
 from reproduce.experiment_file import load_experiment
@@ -39,9 +50,11 @@ from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
 from reproduce.files import read_records, write_json
 from reproduce.training.trainer import Trainer
+from profile_table import profile_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_MODEL = {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "d_k": 64, "d_v": 64}
+TOP_KERNELS, TOP_HOST_OPS = 15, 10
 
 
 def short_device_name(device: str) -> str:
@@ -94,6 +107,8 @@ def main() -> None:
                         help="default: the config's")
     parser.add_argument("--tokens-per-step", type=int,
                         help="default: the config's 25,000 (CPUs: fewer)")
+    parser.add_argument("--profile", type=int, default=0, metavar="K",
+                        help="then profile K more steps (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
@@ -110,6 +125,7 @@ def main() -> None:
         summary = trainer.run()
         windows = read_records(trainer.records.metrics_path)
         windows = [row for row in windows if "target_tokens_per_second" in row]
+        profiled = profile_steps(trainer, args.profile) if args.profile else None
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
@@ -130,8 +146,45 @@ def main() -> None:
                else "n/a (no known peak)")
         print(f"{figures['name']} {args.size} (trainer, {label}): "
               f"{headline['target_tokens_per_second'] / 1000:,.1f}k target tok/s, exact MFU {mfu}")
+    if profiled:
+        figures["profile"] = profiled
+        print("\n".join(profile_lines(profiled)))
     if args.json:
         write_json(args.json, figures)
+
+
+def profile_steps(trainer: Trainer, steps: int) -> dict:
+    """``steps`` more steps of ``trainer`` under torch.profiler: per step, the wall time, the
+    device's kernel time and launches (None without CUDA), the kernels with the most device
+    time and the host operations with the most host time of their own."""
+    cuda = trainer.device.type == "cuda"
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    synchronize()
+    started = time.perf_counter()
+    with profile(activities=activities) as profiler:
+        for _ in range(steps):
+            trainer._train_step()
+        synchronize()
+    wall = time.perf_counter() - started
+    kernels = defaultdict(lambda: [0.0, 0])  # name -> [microseconds, launches]
+    for event in profiler.events():
+        if event.device_type == DeviceType.CUDA:
+            kernels[event.name][0] += event.device_time_total
+            kernels[event.name][1] += 1
+    busy = sum(time_us for time_us, _ in kernels.values())
+    host = sorted(profiler.key_averages(), key=lambda op: op.self_cpu_time_total, reverse=True)
+    return {
+        "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
+        "device_busy_ms_per_step": busy / 1e3 / steps if cuda else None,
+        "kernels_per_step": sum(n for _, n in kernels.values()) / steps if cuda else None,
+        "top_kernels": [{"name": name, "ms_per_step": time_us / 1e3 / steps,
+                         "launches_per_step": launches / steps}
+                        for name, (time_us, launches) in sorted(
+                            kernels.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]],
+        "top_host_ops": [{"name": op.key, "self_ms_per_step": op.self_cpu_time_total / 1e3 / steps,
+                          "calls_per_step": op.count / steps} for op in host[:TOP_HOST_OPS]],
+    }
 
 
 def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: bool) -> dict:

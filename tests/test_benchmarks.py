@@ -33,7 +33,8 @@ def test_model_speed_compares_ours_with_the_peers():
 
 def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500",
-                  "--steps", "4", "--log-every", "2", "--json", str(tmp_path / "figures.json"))
+                  "--steps", "4", "--log-every", "2", "--profile", "2", "--json",
+                  str(tmp_path / "figures.json"))
     assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
     assert "mean tokens per step" in output and "exact MFU n/a" in output
     figures = json.loads((tmp_path / "figures.json").read_text())
@@ -43,6 +44,15 @@ def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     assert warm["mfu"] is None and warm["target_tokens_per_second"] == (
         figures["windows"][1]["target_tokens_per_second"])
     assert f"(trainer, warm): {warm['target_tokens_per_second'] / 1000:,.1f}k" in output
+    # two more steps profiled: on a CPU no kernels, the host's own operations, matrix products
+    # among them, each called at least once a step
+    profiled = figures["profile"]
+    assert profiled["steps"] == 2 and profiled["device_busy_ms_per_step"] is None
+    assert profiled["top_kernels"] == [] and len(profiled["top_host_ops"]) == 10
+    assert {"aten::mm", "aten::addmm"} & {op["name"] for op in profiled["top_host_ops"]}
+    assert all(op["calls_per_step"] >= 1 and op["self_ms_per_step"] > 0
+               for op in profiled["top_host_ops"])
+    assert "profiled 2 steps: " in output and "| host operation | own ms a step |" in output
 
 
 def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path):

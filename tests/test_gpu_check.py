@@ -14,6 +14,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # what gpu_check.py imports beside it, as a script
 _spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks/gpu_check.py")
 gpu_check = sys.modules.setdefault("gpu_check", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(gpu_check)  # benchmarks/ is no package: loaded from its file
@@ -64,6 +65,9 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     rows = _lines_with(_log(smoke_run, "loss-memory"), r"^\| (unfused|chunked) \| 64 \|")
     assert len(windows) == 2 and len(rows) == 2
     assert all(line in report.splitlines() for line in windows + rows)
+    # the profile of the trainer's further steps, as its log prints it
+    profile = _lines_with(trainer, r"^(profiled 1 steps: |\| `aten::)")
+    assert len(profile) == 11 and all(line in report.splitlines() for line in profile)
     # gpu-report.json holds each benchmark's own JSON, whole
     summary = json.loads((smoke_run / "gpu-report.json").read_text())
     for step in summary["steps"][1:]:
