@@ -2,14 +2,14 @@
 fused device passes, and the resumable stream."""
 
 import numpy as np
-import torch
 
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.batching import (
     MicroBatchStream, StreamPosition, collate, device_passes, pack_batches, pack_micro_batches,
 )
-from tests.training_fixtures import random_corpus
+from reproduce.model.dropout import mix_host, step_key
+from tests.training_fixtures import VOCAB, random_corpus, write_encoded
 
 
 def padding_waste(batches, corpus):
@@ -97,16 +97,43 @@ def test_similar_lengths_are_batched_together_so_padding_is_small(tmp_path):
 
 
 def test_collate_adds_eos_to_sources_and_bos_eos_to_targets_and_rounds_widths(tmp_path):
-    corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 10, seed=2))
-    batch = collate(corpus, np.array([0, 1]), multiple=8)
-    assert batch.source.shape[1] % 8 == 0 and batch.target_input.shape[1] % 8 == 0
-    for row in (0, 1):
-        source, target = corpus.source(row).tolist(), corpus.target(row).tolist()
-        assert batch.source[row, : len(source) + 1].tolist() == source + [EOS]
-        assert batch.target_input[row, : len(target) + 1].tolist() == [BOS] + target
-        assert batch.target_output[row, : len(target) + 1].tolist() == target + [EOS]
-        assert torch.all(batch.source[row, len(source) + 1 :] == PAD)
-        assert torch.all(batch.target_output[row, len(target) + 1 :] == PAD)
+    """Every row of a batch in any order of pairs, sides of other lengths than each other: the
+    sentence's tokens, EOS / BOS, then PAD; the tokens' flat positions; each token's dropout key
+    as its pair alone would have it."""
+    rng = np.random.default_rng(3)
+    write_encoded(tmp_path / "c", VOCAB, [
+        (rng.integers(4, VOCAB, rng.integers(1, 20)).tolist(),
+         rng.integers(4, VOCAB, rng.integers(1, 20)).tolist()) for _ in range(40)])
+    corpus = EncodedCorpus.open(tmp_path / "c")
+    indices = np.array([17, 3, 39, 0, 22, 8])
+    batch = collate(corpus, indices, multiple=8, step_key=step_key(5, 2))
+    sources = [corpus.source(i).tolist() for i in indices]
+    targets = [corpus.target(i).tolist() for i in indices]
+    source_width = -(-max(len(s) + 1 for s in sources) // 8) * 8
+    target_width = -(-max(len(t) + 1 for t in targets) // 8) * 8
+    assert batch.source.shape == (6, source_width) and batch.target_input.shape == (6, target_width)
+    for row, (source, target) in enumerate(zip(sources, targets, strict=True)):
+        source_padding = [PAD] * (source_width - len(source) - 1)
+        assert batch.source[row].tolist() == source + [EOS] + source_padding
+        padding = [PAD] * (target_width - len(target) - 1)
+        assert batch.target_input[row].tolist() == [BOS] + target + padding
+        assert batch.target_output[row].tolist() == target + [EOS] + padding
+    for side, (sentences, width, positions, keys) in enumerate([
+            (sources, source_width, batch.source_index, batch.source_noise),
+            (targets, target_width, batch.target_index, batch.target_noise)]):
+        assert positions.tolist() == [row * width + t for row, sentence in enumerate(sentences)
+                                      for t in range(len(sentence) + 1)]
+        assert keys.tolist() == [_token_key(step_key(5, 2), int(pair), side, t)
+                                 for pair, sentence in zip(indices, sentences, strict=True)
+                                 for t in range(len(sentence) + 1)]
+
+
+def _token_key(step: int, pair: int, side: int, position: int) -> int:
+    """A token's dropout key as reproduce/model/dropout.py defines it, one token at a time:
+    splitmix64's finaliser of step + mix(2 pair + side) + position x gamma (mod 2^64)."""
+    sentence = int(mix_host(np.array([2 * pair + side], dtype=np.uint64))[0])
+    counter = (step + sentence + position * 0x9E3779B97F4A7C15) % 2**64
+    return int(mix_host(np.array([counter], dtype=np.uint64)).view(np.int64)[0])
 
 
 def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp_path):

@@ -156,6 +156,17 @@ class EncodedCorpus:
     def target(self, index: int) -> np.ndarray:
         return self._slice("target", index)
 
+    def concatenated(self, side: str, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens of the sentences ``indices`` of ``side`` ("source" or "target"), one
+        sentence after the other, as int64, and the sentences' lengths: one gather for a whole
+        batch (:func:`reproduce.training.batching.collate`)."""
+        offsets = self._offsets[side]
+        starts = offsets[indices]
+        lengths = offsets[indices + 1] - starts
+        ends = np.cumsum(lengths)  # where each sentence ends in the result
+        positions = np.repeat(starts - (ends - lengths), lengths) + np.arange(lengths.sum())
+        return np.asarray(self._tokens[side][positions], dtype=np.int64), lengths
+
     def _slice(self, side: str, index: int) -> np.ndarray:
         offsets = self._offsets[side]
         return np.asarray(self._tokens[side][offsets[index] : offsets[index + 1]], dtype=np.int64)

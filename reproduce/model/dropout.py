@@ -83,7 +83,8 @@ def token_keys(step: int, pairs: np.ndarray, sizes: np.ndarray, side: int) -> np
 
     ``step`` is :func:`step_key`'s; ``side`` tells the source (0) from the target (1)."""
     sentence = mix_host(pairs.astype(np.uint64) * np.uint64(2) + np.uint64(side))
-    positions = np.concatenate([np.arange(size, dtype=np.uint64) for size in sizes])
+    starts = np.cumsum(sizes) - sizes  # where each pair's tokens start
+    positions = (np.arange(int(np.sum(sizes))) - np.repeat(starts, sizes)).astype(np.uint64)
     with np.errstate(over="ignore"):
         keys = (np.uint64(step) + np.repeat(sentence, sizes)
                 + positions * np.uint64(_GAMMA))

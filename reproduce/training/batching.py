@@ -150,24 +150,21 @@ def device_passes(
 def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False,
             multiple: int = 1, step_key: int | None = None) -> Batch:
     """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``;
-    with a ``step_key`` (:func:`reproduce.model.dropout.step_key`), the tokens' dropout keys."""
-    sources = [corpus.source(int(i)) for i in indices]
-    targets = [corpus.target(int(i)) for i in indices]
-    source_sizes = np.array([len(s) + 1 for s in sources])  # + EOS
-    target_sizes = np.array([len(t) + 1 for t in targets])  # + BOS (input), + EOS (output)
+    with a ``step_key`` (:func:`reproduce.model.dropout.step_key`), the tokens' dropout keys.
+
+    Built with whole-batch array operations, no loop over sentences: a step's thousand pairs are
+    collated in a background thread while the device computes, and a Python loop there would hold
+    the interpreter's lock that the training loop needs to launch its kernels."""
+    indices = np.asarray(indices, dtype=np.int64)
+    sources, source_lengths = corpus.concatenated("source", indices)
+    targets, target_lengths = corpus.concatenated("target", indices)
+    source_sizes, target_sizes = source_lengths + 1, target_lengths + 1  # + EOS; + BOS
     source_width = round_up(int(source_sizes.max()), multiple)
     target_width = round_up(int(target_sizes.max()), multiple)
-    source = torch.full((len(indices), source_width), PAD, dtype=torch.long)
-    target_input = torch.full((len(indices), target_width), PAD, dtype=torch.long)
-    target_output = torch.full((len(indices), target_width), PAD, dtype=torch.long)
-    for row, (s, t) in enumerate(zip(sources, targets, strict=True)):
-        source[row, : len(s)] = torch.from_numpy(s)
-        source[row, len(s)] = EOS
-        target_input[row, 0] = BOS
-        target_input[row, 1 : len(t) + 1] = torch.from_numpy(t)
-        target_output[row, : len(t)] = torch.from_numpy(t)
-        target_output[row, len(t)] = EOS
-    tensors = [source, target_input, target_output, _token_positions(source_sizes, source_width),
+    tensors = [_padded(sources, source_lengths, source_width, after=EOS),
+               _padded(targets, target_lengths, target_width, before=BOS),
+               _padded(targets, target_lengths, target_width, after=EOS),
+               _token_positions(source_sizes, source_width),
                _token_positions(target_sizes, target_width)]
     if step_key is not None:
         tensors += [torch.from_numpy(token_keys(step_key, indices, sizes, side))
@@ -175,6 +172,21 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
     if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
         tensors = [tensor.pin_memory() for tensor in tensors]
     return Batch(*tensors)
+
+
+def _padded(tokens: np.ndarray, lengths: np.ndarray, width: int, before: int | None = None,
+            after: int | None = None) -> torch.Tensor:
+    """``[B, width]``: row ``b`` holds ``before`` (if any), sentence ``b``'s ``lengths[b]``
+    tokens (``tokens`` holds them one sentence after the other), ``after`` (if any), then PAD."""
+    rows = np.arange(len(lengths)) * width + (before is not None)  # where each sentence starts
+    ends = np.cumsum(lengths)
+    batch = np.full(len(lengths) * width, PAD, dtype=np.int64)
+    batch[np.repeat(rows - (ends - lengths), lengths) + np.arange(lengths.sum())] = tokens
+    if before is not None:
+        batch[rows - 1] = before
+    if after is not None:
+        batch[rows + lengths] = after
+    return torch.from_numpy(batch.reshape(len(lengths), width))
 
 
 def _token_positions(sizes: np.ndarray, width: int) -> torch.Tensor:
