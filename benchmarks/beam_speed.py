@@ -19,11 +19,15 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences``
 
     .venv/bin/python benchmarks/beam_speed.py --size cpu --sentences 16 --vocab 500
 
+``--profile`` then decodes one batch (the set's first ``decoding.max_sentences_per_batch``
+sentences) under torch.profiler (``trainer_speed.profile_runs``): wall and device-busy time,
+kernel launches, the top kernels and host operations.
+
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding
 settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
-``generated_tokens_per_second``.
+``generated_tokens_per_second``; with ``--profile``, ``profile``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
 from reproduce.training.precision import device_name
-from trainer_speed import CPU_MODEL, ROOT, short_device_name, wmt_source_lengths
+from profile_table import profile_lines
+from trainer_speed import CPU_MODEL, ROOT, profile_runs, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
 WARM_UP_SENTENCES = 8
@@ -71,6 +76,8 @@ def main() -> None:
     parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
     parser.add_argument("--sentences", type=int, default=NEWSTEST2014_SENTENCES)
     parser.add_argument("--vocab", type=int, default=37_000)
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile the decoding of one batch (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
@@ -114,6 +121,12 @@ def main() -> None:
     print(f"{name} {args.size} (beam {decoding.beam_size}, alpha {decoding.length_penalty}, "
           f"{len(sources)} sentences): {figures['sentences_per_second']:,.1f} sentences/s, "
           f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
+    if args.profile:
+        batch = sources[:decoding.max_sentences_per_batch]
+        figures["profile"] = profile_runs(
+            lambda: translate_sentences(model, TokenIdText(), batch, decoding, device), 1,
+            "batch", device.type == "cuda")
+        print("\n".join(profile_lines(figures["profile"])))
     if args.json:
         write_json(args.json, figures)
 

@@ -7,7 +7,8 @@ whatever happens; a step that fails or runs out of time never stops the later on
 2. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
    batching (25k tokens a step, bf16), cold and warm windows, eager then ``torch.compile``d,
    and a profile of a few more steps of each (``--profile``: where a step's time goes);
-3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6;
+3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6, and
+   a profile of one batch's decoding;
 4. ``benchmarks/loss_memory.py --bf16``: peak GPU memory, chunked against unfused loss.
 
 Each benchmark writes its figures as JSON (its ``--json`` option) to ``OUTDIR/logs/<step>.json``;
@@ -93,7 +94,7 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                    "4", "--log-every", "2", "--profile", "1"]
         return [pytest,
                 _trainer(logs, "cpu", trainer, 120),
-                _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500"], 90),
+                _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--profile"], 90),
                 _loss_memory(logs, "loss memory, fused vs unfused",
                              ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
                               "1"])]
@@ -105,8 +106,8 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
     return [pytest,
             _trainer(logs, "base", base, 90),
             _trainer(logs, "big", big, 120),
-            _beam(logs, "base", [], 90),
-            _beam(logs, "big", [], 120),
+            _beam(logs, "base", ["--profile"], 90),
+            _beam(logs, "big", ["--profile"], 120),
             _loss_memory(logs, "loss memory, fused vs unfused (bf16)", ["--bf16"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
             # first 20 steps
@@ -323,17 +324,22 @@ def _figure_lines(outcome: Outcome) -> list[str]:
         lines += [f"| {w['step']} | {w['target_tokens_per_second']:,.0f} | "
                   f"{w['model_tflops_per_second']:.3f} | {_percent(w['mfu'], 'n/a')} |"
                   for w in figures["windows"]]
-        return lines + (["", *profile_lines(figures["profile"])] if "profile" in figures else [])
+        return lines + _profile(figures)
     if kind == "beam":
         return [f"{figures['sentences']} sentences, {figures['source_tokens']:,} source tokens, "
                 f"{figures['generated_tokens']:,} generated tokens in {figures['seconds']:.1f} s:"
                 f" {figures['sentences_per_second']:,.1f} sentences/s, "
-                f"{figures['generated_tokens_per_second']:,.0f} generated tok/s"]
+                f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",
+                *_profile(figures)]
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
     lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "
               f"{r['seconds']:.3f} |" for r in figures["rows"]]
     return lines
+
+
+def _profile(figures: dict) -> list[str]:
+    return ["", *profile_lines(figures["profile"])] if "profile" in figures else []
 
 
 def render_report(machine: dict, mode: str, outcomes: list[Outcome], budget: float,

@@ -1,23 +1,25 @@
-"""How ``trainer_speed.py --profile`` prints its profile, and ``gpu_check.py``'s report shows it
-(standard library only: the report's process imports no torch)."""
+"""How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``), and
+``gpu_check.py``'s report shows it (standard library only: the report's process imports no
+torch)."""
 
 from __future__ import annotations
 
 
 def profile_lines(profiled: dict) -> list[str]:
-    """The profile as the benchmark prints it (and gpu_check.py's report shows it)."""
-    busy = profiled["device_busy_ms_per_step"]
-    lines = [f"profiled {profiled['steps']} steps: {profiled['wall_ms_per_step']:.1f} ms wall a "
-             f"step (profiled), device busy "
-             + (f"{busy:.1f} ms a step, {profiled['kernels_per_step']:,.0f} kernel launches a step"
-                if busy is not None else "n/a (no CUDA)")]
+    """The figures of ``trainer_speed.profile_runs``, a table of kernels (on a GPU) and one of
+    host operations."""
+    unit, busy = profiled["unit"], profiled["device_busy_ms"]
+    lines = [f"profiled {profiled['runs']} x {unit}: {profiled['wall_ms']:.1f} ms wall a {unit} "
+             f"(profiled), device busy "
+             + (f"{busy:.1f} ms a {unit}, {profiled['kernel_launches']:,.0f} kernel launches a "
+                f"{unit}" if busy is not None else "n/a (no CUDA)")]
     if profiled["top_kernels"]:
-        lines += ["", "| kernel | ms a step | launches a step |", "|---|---|---|"]
-    lines += [f"| `{_short(row['name'])}` | {row['ms_per_step']:.2f} | "
-              f"{row['launches_per_step']:,.0f} |" for row in profiled["top_kernels"]]
-    lines += ["", "| host operation | own ms a step | calls a step |", "|---|---|---|"]
-    lines += [f"| `{_short(row['name'])}` | {row['self_ms_per_step']:.2f} | "
-              f"{row['calls_per_step']:,.0f} |" for row in profiled["top_host_ops"]]
+        lines += ["", f"| kernel | ms a {unit} | launches a {unit} |", "|---|---|---|"]
+        lines += [f"| `{_short(row['name'])}` | {row['ms']:.2f} | {row['launches']:,.0f} |"
+                  for row in profiled["top_kernels"]]
+    lines += ["", f"| host operation | own ms a {unit} | calls a {unit} |", "|---|---|---|"]
+    lines += [f"| `{_short(row['name'])}` | {row['self_ms']:.2f} | {row['calls']:,.0f} |"
+              for row in profiled["top_host_ops"]]
     return lines
 
 

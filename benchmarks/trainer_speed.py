@@ -26,8 +26,7 @@ device's busy time, the host is the bottleneck.
 ``padding``, every window (``step``, ``target_tokens_per_second``, ``model_tflops_per_second``,
 ``mfu`` or null) and the ``cold`` and ``warm`` headlines (``target_tokens_per_second``,
 ``mfu`` against the GPU's peak, or null when none is known); with ``--profile``, ``profile``
-(``steps``, ``wall_ms_per_step``, ``device_busy_ms_per_step`` and ``kernels_per_step``, null on
-a CPU, ``top_kernels`` and ``top_host_ops``).
+(:func:`profile_runs`' figures, per step).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -125,7 +125,9 @@ def main() -> None:
         summary = trainer.run()
         windows = read_records(trainer.records.metrics_path)
         windows = [row for row in windows if "target_tokens_per_second" in row]
-        profiled = profile_steps(trainer, args.profile) if args.profile else None
+        profiled = (profile_runs(trainer._train_step, args.profile, "step",
+                                 trainer.device.type == "cuda")
+                    if args.profile else None)
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
@@ -153,18 +155,18 @@ def main() -> None:
         write_json(args.json, figures)
 
 
-def profile_steps(trainer: Trainer, steps: int) -> dict:
-    """``steps`` more steps of ``trainer`` under torch.profiler: per step, the wall time, the
-    device's kernel time and launches (None without CUDA), the kernels with the most device
-    time and the host operations with the most host time of their own."""
-    cuda = trainer.device.type == "cuda"
+def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) -> dict:
+    """``runs`` calls of ``run`` (a training step, a batch's decoding) under torch.profiler:
+    per call (``unit``), the wall time, the device's kernel time and launches (None without
+    CUDA), the kernels with the most device time and the host operations with the most host
+    time of their own."""
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     synchronize()
     started = time.perf_counter()
     with profile(activities=activities) as profiler:
-        for _ in range(steps):
-            trainer._train_step()
+        for _ in range(runs):
+            run()
         synchronize()
     wall = time.perf_counter() - started
     kernels = defaultdict(lambda: [0.0, 0])  # name -> [microseconds, launches]
@@ -175,15 +177,14 @@ def profile_steps(trainer: Trainer, steps: int) -> dict:
     busy = sum(time_us for time_us, _ in kernels.values())
     host = sorted(profiler.key_averages(), key=lambda op: op.self_cpu_time_total, reverse=True)
     return {
-        "steps": steps, "wall_ms_per_step": 1e3 * wall / steps,
-        "device_busy_ms_per_step": busy / 1e3 / steps if cuda else None,
-        "kernels_per_step": sum(n for _, n in kernels.values()) / steps if cuda else None,
-        "top_kernels": [{"name": name, "ms_per_step": time_us / 1e3 / steps,
-                         "launches_per_step": launches / steps}
+        "unit": unit, "runs": runs, "wall_ms": 1e3 * wall / runs,
+        "device_busy_ms": busy / 1e3 / runs if cuda else None,
+        "kernel_launches": sum(n for _, n in kernels.values()) / runs if cuda else None,
+        "top_kernels": [{"name": name, "ms": time_us / 1e3 / runs, "launches": launches / runs}
                         for name, (time_us, launches) in sorted(
                             kernels.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]],
-        "top_host_ops": [{"name": op.key, "self_ms_per_step": op.self_cpu_time_total / 1e3 / steps,
-                          "calls_per_step": op.count / steps} for op in host[:TOP_HOST_OPS]],
+        "top_host_ops": [{"name": op.key, "self_ms": op.self_cpu_time_total / 1e3 / runs,
+                          "calls": op.count / runs} for op in host[:TOP_HOST_OPS]],
     }
 
 

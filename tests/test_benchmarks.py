@@ -47,12 +47,12 @@ def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     # two more steps profiled: on a CPU no kernels, the host's own operations, matrix products
     # among them, each called at least once a step
     profiled = figures["profile"]
-    assert profiled["steps"] == 2 and profiled["device_busy_ms_per_step"] is None
-    assert profiled["top_kernels"] == [] and len(profiled["top_host_ops"]) == 10
+    assert profiled["unit"] == "step" and profiled["runs"] == 2
+    assert profiled["device_busy_ms"] is None and profiled["top_kernels"] == []
+    assert len(profiled["top_host_ops"]) == 10
     assert {"aten::mm", "aten::addmm"} & {op["name"] for op in profiled["top_host_ops"]}
-    assert all(op["calls_per_step"] >= 1 and op["self_ms_per_step"] > 0
-               for op in profiled["top_host_ops"])
-    assert "profiled 2 steps: " in output and "| host operation | own ms a step |" in output
+    assert all(op["calls"] >= 1 and op["self_ms"] > 0 for op in profiled["top_host_ops"])
+    assert "profiled 2 x step: " in output and "| host operation | own ms a step |" in output
 
 
 def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path):
@@ -67,8 +67,8 @@ def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path):
 
 
 def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tmp_path):
-    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300", "--json",
-                  str(tmp_path / "figures.json"))
+    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300",
+                  "--profile", "--json", str(tmp_path / "figures.json"))
     assert "CPU cpu (beam 4, alpha 0.6, 6 sentences):" in output and "generated tok/s" in output
     found = re.search(r"6 sentences, ([\d,]+) source tokens \(EOS included\), ([\d,]+) generated "
                       r"tokens", output)
@@ -79,3 +79,10 @@ def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tm
     assert (figures["source_tokens"], figures["generated_tokens"]) == (source, generated)
     assert figures["sentences"] == 6 and figures["beam"] == 4 and figures["alpha"] == 0.6
     assert figures["device"] == figures["name"] == "CPU"
+    # one batch decoded again under the profiler: the decoder's matrix products among the host
+    # operations with the most time of their own
+    profiled = figures["profile"]
+    assert profiled["unit"] == "batch" and profiled["runs"] == 1 and profiled["wall_ms"] > 0
+    assert {"aten::mm", "aten::addmm", "aten::linear"} & {
+        op["name"] for op in profiled["top_host_ops"]}
+    assert "profiled 1 x batch: " in output and "| host operation | own ms a batch |" in output

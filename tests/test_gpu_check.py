@@ -65,9 +65,11 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     rows = _lines_with(_log(smoke_run, "loss-memory"), r"^\| (unfused|chunked) \| 64 \|")
     assert len(windows) == 2 and len(rows) == 2
     assert all(line in report.splitlines() for line in windows + rows)
-    # the profile of the trainer's further steps, as its log prints it
-    profile = _lines_with(trainer, r"^(profiled 1 steps: |\| `aten::)")
-    assert len(profile) == 11 and all(line in report.splitlines() for line in profile)
+    # the profiles of the trainer's further step and of a batch's decoding, as the logs print
+    # them: a headline and the ten host operations with the most host time
+    for log, unit in ((trainer, "step"), (beam, "batch")):
+        profile = _lines_with(log, rf"^(profiled 1 x {unit}: |\| `aten::)")
+        assert len(profile) == 11 and all(line in report.splitlines() for line in profile)
     # gpu-report.json holds each benchmark's own JSON, whole
     summary = json.loads((smoke_run / "gpu-report.json").read_text())
     for step in summary["steps"][1:]:
