@@ -7,14 +7,16 @@ Base-model sizes by default (d_model 512, vocabulary 37,000), N real target toke
 N / (1 - padding) positions. Each (path, N) runs in a fresh process so that peaks do not mix:
 on a CPU the peak is the process's peak resident set (``ru_maxrss``) minus what it held once
 its inputs were built; on a GPU ``torch.cuda.max_memory_allocated`` minus the memory allocated
-before the pass (``--bf16``: under bf16 autocast, as the trainer runs).
+before the pass (``--bf16``: under bf16 autocast, as the trainer runs). ``--compile``: the chunked
+path's element-wise work through ``torch.compile``, as the trainer runs it where it compiles (the
+first pass, which compiles, gives the peak; the later ones the time).
 
     .venv/bin/python benchmarks/loss_memory.py
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads): the
-``device`` and settings, every ``rows`` entry (``path``, ``tokens``, ``projected``,
-``peak_mib``, ``seconds``) and the chunked / unfused ``ratios`` per N (``tokens``, ``memory``,
-``time``).
+``device`` and settings (``bf16``, ``compile``...), every ``rows`` entry (``path``, ``tokens``,
+``projected``, ``peak_mib``, ``seconds``) and the chunked / unfused ``ratios`` per N
+(``tokens``, ``memory``, ``time``).
 """
 
 from __future__ import annotations
@@ -56,13 +58,14 @@ def _inputs(tokens: int, padding: float, d_model: int, vocab: int, device: torch
             targets.view(batch, LENGTH).to(device))
 
 
-def _pass(path: str, states, weight, targets, bf16: bool) -> None:
+def _pass(path: str, states, weight, targets, bf16: bool, compiled: bool) -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         if path == "unfused":
             loss, _ = label_smoothed_loss(F.linear(states, weight), targets, EPSILON)
         else:  # the target tokens alone, as the trainer's token layout gives them
             real = targets.ne(PAD)
-            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], EPSILON)
+            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], EPSILON,
+                                                    compiled=compiled)
     loss.backward()
     states.grad = weight.grad = None
 
@@ -83,14 +86,14 @@ def measure(path: str, tokens: int, args) -> dict:
     else:
         baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     started = time.perf_counter()
-    _pass(path, states, weight, targets, args.bf16)
+    _pass(path, states, weight, targets, args.bf16, args.compile)
     _synchronise(device)
     seconds = [time.perf_counter() - started]
     peak = (torch.cuda.max_memory_allocated() if device.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     for _ in range(args.repeats):
         started = time.perf_counter()
-        _pass(path, states, weight, targets, args.bf16)
+        _pass(path, states, weight, targets, args.bf16, args.compile)
         _synchronise(device)
         seconds.append(time.perf_counter() - started)
     projected = targets.numel() if path == "unfused" else tokens
@@ -110,6 +113,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed passes after the first (median kept)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPUs)")
+    parser.add_argument("--compile", action="store_true",
+                        help="the chunked path's element-wise work compiled (as GPUs train)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -117,7 +122,8 @@ def main() -> None:
         print(json.dumps(measure(args.worker[0], int(args.worker[1]), args)))
         return
     forwarded = [f"--padding={args.padding}", f"--d-model={args.d_model}", f"--vocab={args.vocab}",
-                 f"--repeats={args.repeats}", *(["--bf16"] if args.bf16 else [])]
+                 f"--repeats={args.repeats}", *(["--bf16"] if args.bf16 else []),
+                 *(["--compile"] if args.compile else [])]
     rows = []
     for tokens in args.tokens:
         for path in PATHS:
@@ -130,8 +136,8 @@ def main() -> None:
               for unfused, chunked in zip(rows[::2], rows[1::2], strict=True)]
     print(f"device: {rows[0]['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, {platform.machine()}; d_model {args.d_model}, vocab {args.vocab}, "
-          f"padding {args.padding:.0%}, eps {EPSILON}, bf16 autocast: {args.bf16}, chunk "
-          f"{rows_per_chunk(args.vocab)} rows\n")
+          f"padding {args.padding:.0%}, eps {EPSILON}, bf16 autocast: {args.bf16}, compiled "
+          f"chunks: {args.compile}, chunk {rows_per_chunk(args.vocab)} rows\n")
     print("| path | target tokens N | positions projected | peak extra memory (MiB) | "
           "forward+backward (s) |")
     print("|---|---|---|---|---|")
@@ -146,8 +152,8 @@ def main() -> None:
         figures = {"benchmark": "loss_memory", "device": rows[0]["device"],
                    "threads": torch.get_num_threads(), "d_model": args.d_model,
                    "vocab": args.vocab, "padding": args.padding, "epsilon": EPSILON,
-                   "bf16": args.bf16, "chunk_rows": rows_per_chunk(args.vocab), "rows": rows,
-                   "ratios": ratios}
+                   "bf16": args.bf16, "compile": args.compile,
+                   "chunk_rows": rows_per_chunk(args.vocab), "rows": rows, "ratios": ratios}
         write_json(args.json, figures)
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,15 +57,19 @@ def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     assert "profiled 2 x step: " in output and "| host operation | own ms a step |" in output
 
 
-def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path, compiled):
     output = _run("loss_memory.py", "--tokens", "64", "--vocab", "500", "--d-model", "16",
-                  "--repeats", "1", "--json", str(tmp_path / "figures.json"))
+                  "--repeats", "1", *(["--compile"] if compiled else []), "--json",
+                  str(tmp_path / "figures.json"))
     assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
     assert "N 64: chunked / unfused memory" in output
+    assert f"compiled chunks: {compiled}" in output
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert [(row["path"], row["tokens"], row["projected"]) for row in figures["rows"]] == [
         ("unfused", 64, 128), ("chunked", 64, 64)]
     assert [ratio["tokens"] for ratio in figures["ratios"]] == [64] and not figures["bf16"]
+    assert figures["compile"] is compiled
 
 
 def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tmp_path):

@@ -4,7 +4,9 @@ equals training with the unfused formula."""
 import numpy as np
 import pytest
 import torch
+import torch._dynamo
 import torch.nn.functional as F
+from torch._dynamo.utils import counters
 
 from reproduce.special_tokens import PAD
 from reproduce.training.batching import collate
@@ -46,6 +48,27 @@ def test_loss_and_gradients_equal_the_unfused_formula(epsilon, chunk_rows):
     assert torch.allclose(grad_states, expected_states, rtol=0, atol=1e-12)
     assert torch.allclose(grad_weight, expected_weight, rtol=0, atol=1e-12)
     assert not grad_states[targets.eq(PAD)].any()  # padded positions are not projected at all
+
+
+@pytest.mark.slow
+def test_the_compiled_chunks_compute_the_same_loss_and_gradients_through_one_graph_each():
+    """``compiled`` (the trainer's torch.compile) traces each chunk function once, whatever the
+    chunk's rows: N = 14 in chunks of 4 leaves a last chunk of 2, and a second call has other N."""
+    torch._dynamo.reset()
+    counters.clear()
+    for seed, rows in ((2, 4), (3, 5)):
+        states, weight, targets = _case(seed=seed)
+        real = targets.ne(PAD)
+        losses, gradients = [], []
+        for compiled in (False, True):
+            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], 0.1,
+                                                    rows, compiled=compiled)
+            losses.append(loss)
+            gradients.append(torch.autograd.grad(loss, (states, weight)))
+        assert torch.allclose(losses[1], losses[0], rtol=0, atol=1e-12)
+        for compiled_gradient, eager_gradient in zip(*gradients, strict=True):
+            assert torch.allclose(compiled_gradient, eager_gradient, rtol=0, atol=1e-12)
+    assert counters["stats"]["unique_graphs"] == 2  # the forward's chunk terms, the gradient's
 
 
 def test_the_smoothed_loss_of_one_row_by_hand():

@@ -22,11 +22,21 @@ fp32 for logsumexp and the loss (as ``label_smoothed_loss`` upcasts). The backwa
 in the same dtype; the weight's gradient is accumulated over chunks in fp32 (autocast's unfused
 backward rounds the whole product to bf16 once; this rounds each chunk's share instead).
 Without autocast everything runs in the inputs' dtype, at least fp32 (float64 stays float64).
+
+A chunk's element-wise work (the upcast, log-sum-exp and expected logit; in the backward pass,
+softmax minus q) is a dozen eager kernels that each read and write the chunk's fp32 logits, about
+as much device time as the products themselves. ``compiled`` (the trainer's
+``training.compile``) runs it through ``torch.compile``, which fuses it into a few kernels that
+read the products' output once; the chunk's row count is symbolic, so that the last, shorter
+chunk reuses the same kernels.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch._dynamo
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
@@ -42,16 +52,18 @@ def rows_per_chunk(vocab_size: int) -> int:
 
 
 def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
-                                  chunk_rows: int | None = None) -> tuple[Tensor, int]:
+                                  chunk_rows: int | None = None,
+                                  compiled: bool = False) -> tuple[Tensor, int]:
     """Summed label-smoothed loss of ``F.linear(states, weight)`` and the number of targets, as
     :func:`reproduce.training.loss.label_smoothed_loss` returns them for unpadded targets.
 
     states ``[N, d]``, weight ``[V, d]`` (the shared embedding), targets ``[N]``: target tokens
-    only (a PAD target would be scored as a token).
+    only (a PAD target would be scored as a token). ``compiled``: each chunk's element-wise work
+    through ``torch.compile``.
     """
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
     loss = _ChunkedProjectedLoss.apply(states, weight, targets, epsilon, rows,
-                                       _projection_dtype(states, weight))
+                                       _projection_dtype(states, weight), compiled)
     return loss, targets.numel()
 
 
@@ -67,22 +79,23 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
 class _ChunkedProjectedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
-                chunk_rows: int, dtype: torch.dtype) -> Tensor:
+                chunk_rows: int, dtype: torch.dtype, compiled: bool) -> Tensor:
         # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
         with torch.autocast(states.device.type, enabled=False):
             accumulate = torch.promote_types(dtype, torch.float32)
             projection = weight.to(dtype)
             smoothing = _Smoothing(epsilon, weight.size(0))
+            terms = _compiled(_chunk_terms) if compiled else _chunk_terms
             total = torch.zeros((), dtype=accumulate, device=states.device)
             log_normalisers = torch.empty(states.size(0), dtype=accumulate,
                                           device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
-                logits = _logits(states[rows], projection, accumulate)  # [c, V]
-                expected = smoothing.expected_logit(logits, targets[rows])  # [c]
-                log_normalisers[rows] = _log_sum_exp_(logits)
+                logits = _logits(states[rows], projection)  # [c, V]
+                log_normalisers[rows], expected = terms(
+                    *_rows_dynamic(logits, targets[rows]), smoothing, accumulate)  # [c], [c]
                 total += (log_normalisers[rows] - expected).sum()
         ctx.save_for_backward(states, weight, targets, log_normalisers)
-        ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
+        ctx.epsilon, ctx.chunk_rows, ctx.dtype, ctx.compiled = epsilon, chunk_rows, dtype, compiled
         return total
 
     @staticmethod
@@ -90,25 +103,58 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor):
         states, weight, targets, log_normalisers = ctx.saved_tensors
         want_states, want_weight = ctx.needs_input_grad[:2]
-        accumulate = log_normalisers.dtype
         with torch.autocast(states.device.type, enabled=False):
             projection = weight.to(ctx.dtype)
             smoothing = _Smoothing(ctx.epsilon, weight.size(0))
+            gradient_of = _compiled(_logit_gradient) if ctx.compiled else _logit_gradient
+            scale = grad_loss.to(log_normalisers.dtype)
             grad_states = torch.empty_like(states) if want_states else None  # [N, d]
             grad_weight = (torch.zeros(weight.shape,
                                        dtype=torch.promote_types(weight.dtype, torch.float32),
                                        device=weight.device) if want_weight else None)  # [V, d]
             for rows in _chunks(states.size(0), ctx.chunk_rows):
-                logits = _logits(states[rows], projection, accumulate)  # [c, V]
-                grad_logits = smoothing.softmax_minus_target(logits, log_normalisers[rows],
-                                                             targets[rows])
-                grad_logits = grad_logits.mul_(grad_loss.to(accumulate)).to(ctx.dtype)
+                logits, chunk_targets, normalisers = _rows_dynamic(
+                    _logits(states[rows], projection), targets[rows], log_normalisers[rows])
+                grad_logits = gradient_of(logits, normalisers, chunk_targets, smoothing,
+                                          scale)  # [c, V] in the products' dtype
                 if want_states:
                     grad_states[rows] = (grad_logits @ projection).to(states.dtype)
                 if want_weight:
                     grad_weight += grad_logits.T @ states[rows].to(ctx.dtype)
         return (grad_states, None if grad_weight is None else grad_weight.to(weight.dtype),
-                None, None, None, None)
+                None, None, None, None, None)
+
+
+def _chunk_terms(logits: Tensor, targets: Tensor, smoothing: "_Smoothing",
+                 accumulate: torch.dtype) -> tuple[Tensor, Tensor]:
+    """A chunk's log-normalisers and expected logits ``sum_k q_k z_k``, ``[c]`` each, from its
+    logits ``[c, V]`` (upcast to ``accumulate``)."""
+    logits = logits.to(accumulate)
+    expected = smoothing.expected_logit(logits, targets)
+    return _log_sum_exp_(logits), expected
+
+
+def _logit_gradient(logits: Tensor, log_normalisers: Tensor, targets: Tensor,
+                    smoothing: "_Smoothing", scale: Tensor) -> Tensor:
+    """``(softmax(z) - q) * scale`` of a chunk ``[c, V]``, computed in the log-normalisers'
+    dtype and returned in the logits'."""
+    gradient = smoothing.softmax_minus_target(logits.to(log_normalisers.dtype), log_normalisers,
+                                              targets)
+    return gradient.mul_(scale).to(logits.dtype)
+
+
+@functools.cache
+def _compiled(function):
+    """``function`` through ``torch.compile``, once per process."""
+    return torch.compile(function)
+
+
+def _rows_dynamic(*tensors: Tensor) -> tuple[Tensor, ...]:
+    """The tensors of a chunk, their first size (the chunk's rows) marked as one that changes:
+    a compiled chunk function is traced once for any number of rows."""
+    for tensor in tensors:
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+    return tensors
 
 
 class _Smoothing:
@@ -149,7 +195,6 @@ def _log_sum_exp_(logits: Tensor) -> Tensor:
     return logits.sub_(largest).exp_().sum(dim=1).log_() + largest.squeeze(1)
 
 
-def _logits(states: Tensor, projection: Tensor, accumulate: torch.dtype) -> Tensor:
-    """One chunk's logits ``[c, V]``, computed in the projection's dtype, returned in
-    ``accumulate``."""
-    return (states.to(projection.dtype) @ projection.T).to(accumulate)
+def _logits(states: Tensor, projection: Tensor) -> Tensor:
+    """One chunk's logits ``[c, V]``, computed and returned in the projection's dtype."""
+    return states.to(projection.dtype) @ projection.T

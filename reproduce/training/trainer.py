@@ -254,7 +254,8 @@ class Trainer:
             states = self.forward(*inputs)  # [N, d] at the target tokens
             loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
                                                     batch.target_tokens(),
-                                                    self.config.label_smoothing)
+                                                    self.config.label_smoothing,
+                                                    compiled=self.compiled)
             return loss
 
     def _evaluate(self) -> None:
