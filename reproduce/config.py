@@ -232,9 +232,10 @@ class TrainingConfig(Strict):
     # Transformers; Luong et al. 2015 clip their LSTMs at 5, for a loss summed over each
     # sentence's tokens: our per-token mean has smaller gradients, which 5 clips more rarely).
     clip_norm: float | None = Field(default=None, gt=0)
-    # Compile the model's forward and backward with torch.compile: auto = on GPUs (where it
-    # pays: fewer kernel launches, the dropout hash fused), eager on CPUs (compiling costs more
-    # than it saves there). The weights do not depend on it beyond float summation order.
+    # Compile the model's forward and backward, and the loss's element-wise work, with
+    # torch.compile: auto = on GPUs (where it pays: fewer kernel launches, the dropout hash
+    # fused), eager on CPUs (compiling costs more than it saves there). The weights do not
+    # depend on it beyond float summation order.
     compile: Literal[True, False, "auto"] = "auto"
 
     @model_validator(mode="after")
