@@ -3,13 +3,12 @@
 ``inline`` trains in the calling process (one rank). ``local`` starts ``tasks`` processes with
 submitit's local executor, on the GPUs the calling process sees (:func:`local_gpus`); ``slurm``
 submits one job as the profile's :class:`~reproduce.training.slurm_request.SlurmRequest` asks,
-one task per GPU. Every task reads
-its rank from :class:`submitit.JobEnvironment`, exports the torch.distributed variables with
-:class:`submitit.helpers.TorchDistributedEnvironment`, and trains; rank 0 alone writes files and
-logs to MLflow. On Slurm, a job that reaches its time limit or is preempted receives a signal,
-and submitit requeues it (:class:`TrainingTask` is ``Checkpointable``): the requeued job resumes
-from the latest checkpoint on disk. The calling process waits for the job to finish, so
-Snakemake sees a single training job.
+one task per GPU. Every task reads its rank from :class:`submitit.JobEnvironment`, exports the
+torch.distributed variables with :class:`submitit.helpers.TorchDistributedEnvironment`, and
+trains; rank 0 alone writes files and logs to MLflow. On Slurm, a job that reaches its time
+limit or is preempted receives a signal, and submitit requeues it (:class:`TrainingTask` is
+``Checkpointable``): the requeued job resumes from the latest checkpoint on disk. The calling
+process waits for the job to finish, so Snakemake sees a single training job.
 
 Rank 0 holds the variant's lock (:mod:`reproduce.training.variant_lock`) for the whole run. A
 stop request ends the run after the current step with a checkpoint

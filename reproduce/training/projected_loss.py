@@ -23,12 +23,13 @@ in the same dtype; the weight's gradient is accumulated over chunks in fp32 (aut
 backward rounds the whole product to bf16 once; this rounds each chunk's share instead).
 Without autocast everything runs in the inputs' dtype, at least fp32 (float64 stays float64).
 
-A chunk's element-wise work (the upcast, log-sum-exp and expected logit; in the backward pass,
-softmax minus q) is a dozen eager kernels that each read and write the chunk's fp32 logits, about
-as much device time as the products themselves. ``compiled`` (the trainer's
-``training.compile``) runs it through ``torch.compile``, which fuses it into a few kernels that
-read the products' output once; the chunk's row count is symbolic, so that the last, shorter
-chunk reuses the same kernels.
+Eager, a chunk's element-wise work (the upcast, log-sum-exp and expected logit; in the backward
+pass, softmax minus q) is a dozen kernels that each read and write the chunk's fp32 logits: on an
+H200 the loss took 30.8 ms of a base step's 106.6 ms of device time, its products included.
+``compiled`` (the trainer's ``training.compile``) runs a chunk's product and element-wise work
+through ``torch.compile``, which fuses the latter into a few kernels that read the product's
+output once; the chunk's row count is symbolic, so that the last, shorter chunk reuses the same
+kernels.
 """
 
 from __future__ import annotations
@@ -90,9 +91,9 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             log_normalisers = torch.empty(states.size(0), dtype=accumulate,
                                           device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
-                logits = _logits(states[rows], projection)  # [c, V]
                 log_normalisers[rows], expected = terms(
-                    *_rows_dynamic(logits, targets[rows]), smoothing, accumulate)  # [c], [c]
+                    *_rows_dynamic(states[rows], targets[rows]), projection, smoothing,
+                    accumulate)  # [c], [c]
                 total += (log_normalisers[rows] - expected).sum()
         ctx.save_for_backward(states, weight, targets, log_normalisers)
         ctx.epsilon, ctx.chunk_rows, ctx.dtype, ctx.compiled = epsilon, chunk_rows, dtype, compiled
@@ -113,10 +114,9 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
                                        dtype=torch.promote_types(weight.dtype, torch.float32),
                                        device=weight.device) if want_weight else None)  # [V, d]
             for rows in _chunks(states.size(0), ctx.chunk_rows):
-                logits, chunk_targets, normalisers = _rows_dynamic(
-                    _logits(states[rows], projection), targets[rows], log_normalisers[rows])
-                grad_logits = gradient_of(logits, normalisers, chunk_targets, smoothing,
-                                          scale)  # [c, V] in the products' dtype
+                grad_logits = gradient_of(
+                    *_rows_dynamic(states[rows], log_normalisers[rows], targets[rows]),
+                    projection, smoothing, scale)  # [c, V] in the products' dtype
                 if want_states:
                     grad_states[rows] = (grad_logits @ projection).to(states.dtype)
                 if want_weight:
@@ -125,22 +125,22 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
                 None, None, None, None, None)
 
 
-def _chunk_terms(logits: Tensor, targets: Tensor, smoothing: "_Smoothing",
+def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing: "_Smoothing",
                  accumulate: torch.dtype) -> tuple[Tensor, Tensor]:
     """A chunk's log-normalisers and expected logits ``sum_k q_k z_k``, ``[c]`` each, from its
-    logits ``[c, V]`` (upcast to ``accumulate``)."""
-    logits = logits.to(accumulate)
+    states ``[c, d]``: logits ``[c, V]`` in the projection's dtype, upcast to ``accumulate``."""
+    logits = _logits(states, projection).to(accumulate)
     expected = smoothing.expected_logit(logits, targets)
     return _log_sum_exp_(logits), expected
 
 
-def _logit_gradient(logits: Tensor, log_normalisers: Tensor, targets: Tensor,
-                    smoothing: "_Smoothing", scale: Tensor) -> Tensor:
-    """``(softmax(z) - q) * scale`` of a chunk ``[c, V]``, computed in the log-normalisers'
-    dtype and returned in the logits'."""
-    gradient = smoothing.softmax_minus_target(logits.to(log_normalisers.dtype), log_normalisers,
-                                              targets)
-    return gradient.mul_(scale).to(logits.dtype)
+def _logit_gradient(states: Tensor, log_normalisers: Tensor, targets: Tensor,
+                    projection: Tensor, smoothing: "_Smoothing", scale: Tensor) -> Tensor:
+    """``(softmax(z) - q) * scale`` of a chunk ``[c, V]`` (its logits recomputed from its states
+    ``[c, d]``), computed in the log-normalisers' dtype and returned in the projection's."""
+    logits = _logits(states, projection).to(log_normalisers.dtype)
+    gradient = smoothing.softmax_minus_target(logits, log_normalisers, targets)
+    return gradient.mul_(scale).to(projection.dtype)
 
 
 @functools.cache
