@@ -91,19 +91,25 @@ def test_two_ranks_train_the_model_of_one_rank_in_one_pass(one_pass, corpora, tm
     _assert_same_model(_trained(folder)[0], model, variant.model)
 
 
-def _loss_of_a_pass(model: TeacherForcedStates, batch, label_smoothing: float) -> torch.Tensor:
+def _loss_of_a_pass(model: TeacherForcedStates, batch, label_smoothing: float,
+                    compiled_chunks: bool = False) -> torch.Tensor:
     states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
                    batch.source_noise, batch.target_noise)
     loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight,
-                                            batch.target_tokens(), label_smoothing)
+                                            batch.target_tokens(), label_smoothing,
+                                            compiled=compiled_chunks)
     return loss
 
 
+@pytest.mark.parametrize("compiled_chunks", [False, True])
 @pytest.mark.parametrize("attention_dropout", [0.0, 0.1])
-def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention_dropout):
+def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention_dropout,
+                                                              compiled_chunks):
     """``fullgraph=True`` refuses any graph break: a boolean-mask index, ``.item()``,
     ``.tolist()`` or ``nonzero`` in the forward pass or the loss would be one (and a host
-    synchronisation on a GPU). AOTAutograd traces the backward pass too."""
+    synchronisation on a GPU). AOTAutograd traces the backward pass too. The loss's own
+    compiled chunk functions (``compiled=True``, as the trainer runs them outside the compiled
+    forward) are traced into the enclosing graph as well."""
     variant = tiny_base(max_tokens_per_device=4096)
     config = variant.model.model_copy(update={"attention_dropout": attention_dropout})
     corpus = EncodedCorpus.open(corpora[0])
@@ -111,7 +117,7 @@ def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention
     model = TeacherForcedStates(build_model(config, corpus.vocab_size)).train()
     batch = collate(corpus, np.arange(64), multiple=8, step_key=step_key(1, 1))
     compiled = torch.compile(_loss_of_a_pass, fullgraph=True, backend="aot_eager")
-    loss = compiled(model, batch, config.label_smoothing)
+    loss = compiled(model, batch, config.label_smoothing, compiled_chunks)
     loss.backward()
     assert torch.allclose(loss, _loss_of_a_pass(model, batch, config.label_smoothing), rtol=1e-5)
     assert model.model.embedding.weight.grad.abs().sum() > 0

@@ -151,9 +151,12 @@ def _compiled(function):
 
 def _rows_dynamic(*tensors: Tensor) -> tuple[Tensor, ...]:
     """The tensors of a chunk, their first size (the chunk's rows) marked as one that changes:
-    a compiled chunk function is traced once for any number of rows."""
-    for tensor in tensors:
-        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+    a compiled chunk function is traced once for any number of rows. Inside an enclosing
+    compiled region (the loss traced with the forward) that trace owns the sizes, and marking
+    them there is an error."""
+    if not torch.compiler.is_compiling():
+        for tensor in tensors:
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
     return tensors
 
 
