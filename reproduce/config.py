@@ -6,7 +6,9 @@ training hyper-parameters (paper section 5), decoding (section 6.1), and the nam
 (Table 3's rows), each a set of overrides of the base.
 
 Every model here forbids unknown keys, so that a typo stops the run at start-up with a message
-naming the file and the key (:class:`ConfigError`).
+naming the file and the key (:class:`ConfigError`). Every field says what it means in its
+``description``, from which ``reproduce settings`` and docs/configuration.md's reference are
+generated (:mod:`reproduce.settings_reference`).
 """
 
 from __future__ import annotations
@@ -31,24 +33,43 @@ class Strict(BaseModel):
 # Data
 # --------------------------------------------------------------------------------------------
 class Source(Strict):
-    """One corpus inside one downloadable file (an archive or a plain file).
+    """One corpus inside one downloadable file (an archive or a plain file); its members name
+    the files inside the archive that hold the corpus's sides."""
 
-    ``members`` names the source-side and target-side files inside the archive (for ``text`` and
-    ``sgm``) or the single file holding both sides (for ``tsv``, source in column 0 and target in
-    column 1). For a plain, non-archive download leave ``members`` empty.
-
-    A ``ptb`` source holds Penn Treebank trees (paper section 6.3): ``source_member`` is one
-    tree file or a glob over the archive's members, read in sorted order, each ``*``, ``?`` or
-    ``[...]`` within one folder (``treebank_3/parsed/mrg/wsj/2[2]/*.mrg``); no ``target_member``.
-    Each cleaned tree gives a pair: its words, and its linearisation (:mod:`reproduce.parsing`).
-    """
-
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    url: str
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    format: Literal["text", "sgm", "tsv", "ptb"] = "text"
-    source_member: str | None = None
-    target_member: str | None = None
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="The corpus's name in prepare's log and counts (`<split>.report.json`) and in "
+                    "the names of its extracted files.")
+    url: str = Field(
+        description="Where the file comes from: an http://, https:// or file: URL (file:relative/"
+                    "path is relative to the working directory). Query strings and credentials "
+                    "never reach file names or logs; credentials (user:password@) are sent as "
+                    "Basic authentication.")
+    sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="The file's SHA-256 (64 lowercase hex digits), checked before it is used; a "
+                    "mismatching download is moved aside to `<name>.corrupt`. null: only its "
+                    "length is checked (with a warning), and a server that sends no length is "
+                    "refused.")
+    format: Literal["text", "sgm", "tsv", "ptb"] = Field(
+        default="text",
+        description="How the members hold the pairs: text = one sentence a line, a file per "
+                    "side; sgm = WMT's SGML `<seg>` lines, a file per side; tsv = one file, source "
+                    "in column 0 and target in column 1; ptb = Penn Treebank trees (section 6.3), "
+                    "each cleaned tree giving a pair of its words and its linearisation (parsing "
+                    "experiments only).")
+    source_member: str | None = Field(
+        default=None,
+        description="The source side's file inside the archive (for tsv: the file of both "
+                    "sides); for ptb one tree file or a glob over the archive's members, read in "
+                    "sorted order, each `*`, `?` or `[...]` within one folder "
+                    "(`treebank_3/parsed/mrg/wsj/2[2]/*.mrg`). null: the download itself, a plain "
+                    "file rather than an archive.")
+    target_member: str | None = Field(
+        default=None,
+        description="The target side's file inside the archive (null: the download itself), "
+                    "given or left out together with source_member for text and sgm; left out for "
+                    "tsv and ptb, whose source_member holds both sides.")
 
     @field_validator("url")
     @classmethod
@@ -72,11 +93,21 @@ class Source(Strict):
 
 
 class Cleaning(Strict):
-    """Filters applied to training pairs only (dev/test are never filtered)."""
+    """Filters applied to training pairs only (dev/test are never filtered), and the Unicode
+    normalisation of every split."""
 
-    max_tokens: int = Field(default=250, gt=0)
-    max_length_ratio: float = Field(default=1.5, ge=1.0)
-    unicode_normalization: Literal["NFC", "NFKC", "none"] = "NFKC"
+    max_tokens: int = Field(
+        default=250, gt=0,
+        description="A training pair with more whitespace tokens than this on either side is "
+                    "dropped (after normalisation).")
+    max_length_ratio: float = Field(
+        default=1.5, ge=1.0,
+        description="A training pair whose longer side has more than this many times the "
+                    "whitespace tokens of its shorter side is dropped.")
+    unicode_normalization: Literal["NFC", "NFKC", "none"] = Field(
+        default="NFKC",
+        description="The Unicode normal form every pair is brought to, dev and test included "
+                    "(whitespace is collapsed either way); none keeps the text's own.")
 
 
 class DownloadLimits(Strict):
@@ -88,34 +119,79 @@ class DownloadLimits(Strict):
     at 150 kB/s, and a dead connection go in two minutes. Settings of the machine's network, not
     of the data: outside every fingerprint (:func:`reproduce.provenance.trained_settings`)."""
 
-    deadline_minutes: float = Field(default=360, gt=0)
-    min_rate_bytes_per_second: int = Field(default=1024, ge=0)
-    min_rate_window_seconds: float = Field(default=120, gt=0)
+    deadline_minutes: float = Field(
+        default=360, gt=0,
+        description="Longest a download may take, retries included; past it the download stops "
+                    "with its partial file kept, for the next run to resume.")
+    min_rate_bytes_per_second: int = Field(
+        default=1024, ge=0,
+        description="An attempt that averages fewer bytes a second than this over "
+                    "min_rate_window_seconds is retried, resuming where it stopped; 0: no "
+                    "minimum.")
+    min_rate_window_seconds: float = Field(
+        default=120, gt=0,
+        description="The span over which an attempt's rate is held to min_rate_bytes_per_second "
+                    "(curl's --speed-time).")
 
 
 class DataConfig(Strict):
-    train: list[Source] = Field(min_length=1)
-    dev: list[Source] = Field(min_length=1)
-    test: list[Source] = Field(min_length=1)
-    cleaning: Cleaning = Cleaning()
-    # A folder of pre-downloaded archives (named as the URLs' last path components), for clusters
-    # without internet access. Relative paths are relative to the working directory.
-    mirror_dir: str | None = None
-    # Fewest sentence pairs a prepared split may hold (after cleaning); fewer stops `prepare`
-    # naming the split and its sources, instead of failing later in BPE or training.
-    min_pairs: int = Field(default=1, gt=0)
-    download: DownloadLimits = DownloadLimits()
+    """Where the corpora come from and how training pairs are filtered."""
+
+    train: list[Source] = Field(
+        min_length=1,
+        description="The training corpora, concatenated in this order, then cleaned; the "
+                    "vocabulary is trained on them.")
+    dev: list[Source] = Field(
+        min_length=1,
+        description="The development corpora (newstest2013 for WMT14), never filtered: the dev "
+                    "loss during training, and Table 3's scores (of each variant's last "
+                    "checkpoint).")
+    test: list[Source] = Field(
+        min_length=1,
+        description="The test corpora (newstest2014 for WMT14), never filtered: Table 2's and "
+                    "Table 4's scores (of each variant's averaged checkpoints).")
+    cleaning: Cleaning = Field(
+        default=Cleaning(),
+        description="Filters of the training pairs, and the Unicode normalisation of every split.")
+    mirror_dir: str | None = Field(
+        default=None,
+        description="A folder of pre-downloaded archives, named as the URLs' last path "
+                    "components, copied instead of downloading, for clusters without internet "
+                    "access; relative to the working directory.")
+    min_pairs: int = Field(
+        default=1, gt=0,
+        description="Fewest sentence pairs a prepared split may hold after cleaning; fewer stops "
+                    "prepare naming the split and its sources, instead of failing later in BPE or "
+                    "training.")
+    download: DownloadLimits = Field(
+        default=DownloadLimits(),
+        description="When a download is given up: settings of this machine's network, not of "
+                    "the data, so they are left out of the trained settings' fingerprint.")
 
 
 class BpeConfig(Strict):
     """Shared source/target sentencepiece vocabulary (paper section 5.1)."""
 
-    vocab_size: int = Field(gt=0)
-    model_type: Literal["bpe", "unigram"] = "bpe"
-    input_sentence_size: int = Field(default=10_000_000, gt=0)
-    character_coverage: float = Field(default=1.0, gt=0, le=1)
-    # sentencepiece's set_random_generator_seed takes an unsigned 32-bit integer.
-    seed: int = Field(default=1, ge=0, lt=2**32)
+    vocab_size: int = Field(
+        gt=0,
+        description="Pieces of the shared vocabulary (paper: about 37,000 for EN-DE, 32,000 for "
+                    "EN-FR); a small corpus may end with fewer, and the size reached is logged.")
+    model_type: Literal["bpe", "unigram"] = Field(
+        default="bpe",
+        description="sentencepiece's segmentation algorithm: byte-pair encoding, as the paper, "
+                    "or the unigram language model.")
+    input_sentence_size: int = Field(
+        default=10_000_000, gt=0,
+        description="Sentences, of both sides of the prepared train split, in the shuffled "
+                    "sample the vocabulary is trained on.")
+    character_coverage: float = Field(
+        default=1.0, gt=0, le=1,
+        description="The share of the training text's characters the vocabulary must cover; the "
+                    "rarest of the rest become unknown.")
+    seed: int = Field(
+        default=1, ge=0, lt=2**32,
+        description="sentencepiece's random seed (its set_random_generator_seed takes an "
+                    "unsigned 32-bit integer), which fixes the sample and so the vocabulary.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,28 +207,56 @@ class ModelConfig(Strict):
     are ignored, and ``attention_radius`` or ``positional: learned`` are refused.
     """
 
-    # The Transformer of section 3, or an LSTM encoder-decoder with attention (Luong et al. 2015).
-    architecture: Literal["transformer", "rnn"] = "transformer"
-    # rnn only: the score of a decoder state h_t against an encoder state h_s: multiplicative =
-    # Luong's "general" h_t^T W h_s, additive = Bahdanau et al.'s v^T tanh(W1 h_t + W2 h_s).
-    rnn_attention: Literal["additive", "multiplicative"] = "multiplicative"
-    layers: int = Field(default=6, gt=0)
-    d_model: int = Field(default=512, gt=0)
-    d_ff: int = Field(default=2048, gt=0)
-    heads: int = Field(default=8, gt=0)
-    d_k: int = Field(default=64, gt=0)
-    d_v: int = Field(default=64, gt=0)
-    dropout: float = Field(default=0.1, ge=0, lt=1)
-    # Dropout on attention weights: not in the paper's text (tensor2tensor's base used 0.0).
-    attention_dropout: float = Field(default=0.0, ge=0, lt=1)
-    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    # Longest position a learned embedding (row E) can represent.
-    max_positions: int = Field(default=1024, gt=0)
-    # Restricted self-attention (section 4, Table 1): each position attends only to positions
-    # at most this far away (and, in the decoder, not ahead). None = unrestricted, as the paper's
-    # models; cross-attention is never restricted.
-    attention_radius: int | None = Field(default=None, ge=0)
+    architecture: Literal["transformer", "rnn"] = Field(
+        default="transformer",
+        description="The Transformer of section 3, or an LSTM encoder-decoder with attention "
+                    "(Luong et al. 2015), Table 2's recurrent baseline.")
+    rnn_attention: Literal["additive", "multiplicative"] = Field(
+        default="multiplicative",
+        description="rnn only: the score of a decoder state h_t against an encoder state h_s: "
+                    "multiplicative = Luong's \"general\" h_t^T W h_s, additive = Bahdanau et "
+                    "al.'s v^T tanh(W1 h_t + W2 h_s).")
+    layers: int = Field(
+        default=6, gt=0,
+        description="N: layers of the encoder and of the decoder each (rnn: LSTM layers per "
+                    "stack).")
+    d_model: int = Field(
+        default=512, gt=0,
+        description="d_model: the width of embeddings and of every layer's output (rnn: the "
+                    "embedding and hidden width, d_model/2 per direction in the bidirectional "
+                    "encoder, so even).")
+    d_ff: int = Field(
+        default=2048, gt=0,
+        description="d_ff: the inner width of the position-wise feed-forward networks.")
+    heads: int = Field(default=8, gt=0, description="h: attention heads per attention layer.")
+    d_k: int = Field(default=64, gt=0,
+                     description="d_k: the width of each head's queries and keys.")
+    d_v: int = Field(default=64, gt=0, description="d_v: the width of each head's values.")
+    dropout: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="P_drop: dropout on each sub-layer's output and on the sums of embeddings "
+                    "and positional encodings (section 5.4).")
+    attention_dropout: float = Field(
+        default=0.0, ge=0, lt=1,
+        description="Dropout on attention weights: not in the paper's text (tensor2tensor's "
+                    "base used 0.0).")
+    label_smoothing: float = Field(
+        default=0.1, ge=0, lt=1,
+        description="eps_ls: the probability mass label smoothing spreads over the non-padding "
+                    "tokens other than the reference (section 5.4).")
+    positional: Literal["sinusoidal", "learned"] = Field(
+        default="sinusoidal",
+        description="Sinusoidal positional encodings (section 3.5), or one learned position "
+                    "embedding table shared by encoder and decoder (Table 3, row E).")
+    max_positions: int = Field(
+        default=1024, gt=0,
+        description="learned positions only: the longest sequence, in tokens, the learned table "
+                    "has rows for; decoding never goes beyond it.")
+    attention_radius: int | None = Field(
+        default=None, ge=0,
+        description="Restricted self-attention (section 4, Table 1): each position attends only "
+                    "to positions at most this far away (and, in the decoder, not ahead). null: "
+                    "unrestricted, as the paper's models; cross-attention is never restricted.")
 
     @property
     def position_limit(self) -> int | None:
@@ -177,11 +281,21 @@ class ModelConfig(Strict):
         return self
 
 class CheckpointConfig(Strict):
-    every_steps: int = Field(default=1000, gt=0)
-    # Also save when this many minutes of wall-clock time passed since the last save
-    # (paper: 10-minute intervals). 0 disables the wall-clock trigger.
-    every_minutes: float = Field(default=10.0, ge=0)
-    keep_last: int = Field(default=20, gt=0)
+    """When training saves checkpoints, and how many it keeps."""
+
+    every_steps: int = Field(
+        default=1000, gt=0,
+        description="Save every this many steps: the grid whose last average_last checkpoints "
+                    "are averaged (the final step is always saved too).")
+    every_minutes: float = Field(
+        default=10.0, ge=0,
+        description="Also save when this many minutes of wall-clock time passed since the last "
+                    "save (paper: 10-minute intervals), for resuming only: such checkpoints off "
+                    "the step grid are never averaged. 0 disables the wall-clock trigger.")
+    keep_last: int = Field(
+        default=20, gt=0,
+        description="Grid checkpoints kept on disk; older ones are deleted. At least "
+                    "average_last.")
 
 
 # torch.manual_seed takes at most an unsigned 64-bit integer; the batch order's numpy generator
@@ -192,51 +306,98 @@ _SEEDS = TypeAdapter(Annotated[list[Seed], Field(min_length=1)])
 
 
 class TrainingConfig(Strict):
-    """Section 5.2-5.4: batching by token count, Adam, eq. 3's learning rate."""
+    """Section 5.2-5.4: batching by token count, Adam, eq. 3's learning rate.
 
-    steps: int = Field(gt=0)
-    # Source and target tokens per optimizer step, summed over all GPUs (paper: ~25,000 each).
-    # Constant whatever the number of GPUs: gradient accumulation makes up the difference.
-    tokens_per_step: int = Field(default=25_000, gt=0)
-    # A step is this many micro-batches of ~tokens_per_step / micro_batches_per_step tokens
-    # (paper: 8 GPUs of ~3.1k tokens), the unit ranks share: the number of ranks must divide it
-    # (8 allows 1, 2, 4, 8). A rank computes its share in as few passes as fit below.
-    micro_batches_per_step: int = Field(default=8, gt=0)
-    # Largest padded size (tokens per side) of one forward/backward on one device: a rank fuses
-    # its micro-batches of a step into as few passes of up to this size as hold them (memory
-    # grows with it: docs/configuration.md, "Sizing a pass").
-    max_tokens_per_device: int = Field(default=4096, gt=0)
-    # Tensor widths are padded to a multiple of this, bounding the shapes GPU kernels meet.
-    pad_to_multiple: int = Field(default=8, gt=0)
-    warmup_steps: int = Field(default=4000, gt=0)
-    lr_scale: float = Field(default=1.0, gt=0)
-    # Adam's decay rates lie in [0, 1) and its epsilon is positive (torch.optim.Adam would refuse
-    # the rates only once the model is built, in a traceback).
-    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
-    adam_beta2: float = Field(default=0.98, ge=0, lt=1)
-    adam_eps: float = Field(default=1e-9, gt=0)
-    max_source_tokens: int = Field(default=256, gt=0)
-    # The one seed this training runs with (an experiment file may list several: TrainingPlan).
-    seed: Seed = 1
-    log_every_steps: int = Field(default=100, gt=0)
-    eval_every_steps: int = Field(default=1000, gt=0)
-    checkpoints: CheckpointConfig = CheckpointConfig()
-    # Checkpoints averaged for the final model (paper: 5 base, 20 big).
-    average_last: int = Field(default=5, gt=0)
-    # What a GPU computes the forward and backward passes in (a CPU always computes in fp32):
-    # fp32; bf16 autocast; fp16 autocast with dynamic loss scaling (fairseq's --fp16, for GPUs
-    # without bf16 units such as the paper's P100s or V100s); auto = bf16 where the GPU has bf16
-    # units, fp16 elsewhere. See reproduce/training/precision.py.
-    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
-    # Rescale a step's gradient to this L2 norm where it is larger; None = never (the paper's
-    # Transformers; Luong et al. 2015 clip their LSTMs at 5, for a loss summed over each
-    # sentence's tokens: our per-token mean has smaller gradients, which 5 clips more rarely).
-    clip_norm: float | None = Field(default=None, gt=0)
-    # Compile the model's forward and backward, and the loss's element-wise work, with
-    # torch.compile: auto = on GPUs (where it pays: fewer kernel launches, the dropout hash
-    # fused), eager on CPUs (compiling costs more than it saves there). The weights do not
-    # depend on it beyond float summation order.
-    compile: Literal[True, False, "auto"] = "auto"
+    Adam's decay rates are bounded to [0, 1) and its epsilon to positive numbers here, so that a
+    bad one stops the run at start-up: torch.optim.Adam would refuse it only once the model is
+    built, in a traceback."""
+
+    steps: int = Field(
+        gt=0,
+        description="Optimizer steps to train (paper: 100,000 base, 300,000 big); raising it "
+                    "continues a finished run from its last checkpoint.")
+    tokens_per_step: int = Field(
+        default=25_000, gt=0,
+        description="Source and target tokens per optimizer step, summed over all GPUs (paper: "
+                    "~25,000 each); constant whatever the number of GPUs: gradient accumulation "
+                    "makes up the difference.")
+    micro_batches_per_step: int = Field(
+        default=8, gt=0,
+        description="A step is this many micro-batches of ~tokens_per_step / "
+                    "micro_batches_per_step tokens (paper: 8 GPUs of ~3.1k tokens), the unit "
+                    "ranks share: the number of ranks must divide it (8 allows 1, 2, 4, 8). A "
+                    "rank computes its share in as few passes as max_tokens_per_device allows.")
+    max_tokens_per_device: int = Field(
+        default=4096, gt=0,
+        description="Largest padded size (tokens per side) of one forward/backward on one "
+                    "device: a rank fuses its micro-batches of a step into as few passes of up to "
+                    "this size as hold them; memory grows with it (docs/configuration.md, "
+                    "\"Sizing a pass\"). Not a trained setting: a resumed run may change it. "
+                    "At least max_source_tokens.")
+    pad_to_multiple: int = Field(
+        default=8, gt=0,
+        description="Tensor widths are padded to a multiple of this, bounding the shapes GPU "
+                    "kernels meet.")
+    warmup_steps: int = Field(
+        default=4000, gt=0,
+        description="warmup_steps of eq. 3: the learning rate rises linearly for this many "
+                    "steps, then decays with the inverse square root of the step.")
+    lr_scale: float = Field(
+        default=1.0, gt=0,
+        description="A factor on eq. 3's learning rate, d_model^-0.5 * min(step^-0.5, "
+                    "step * warmup_steps^-1.5); 1 is the paper's.")
+    adam_beta1: float = Field(
+        default=0.9, ge=0, lt=1,
+        description="Adam's beta1, the decay rate of its gradient mean (section 5.3).")
+    adam_beta2: float = Field(
+        default=0.98, ge=0, lt=1,
+        description="Adam's beta2, the decay rate of its squared-gradient mean (section 5.3).")
+    adam_eps: float = Field(default=1e-9, gt=0,
+                            description="Adam's epsilon (section 5.3: 1e-9).")
+    max_source_tokens: int = Field(
+        default=256, gt=0,
+        description="Longest pair training takes, in positions per side with EOS (the name "
+                    "notwithstanding, both sides are held to it); longer training pairs are "
+                    "skipped, and the count is logged.")
+    seed: Seed = Field(
+        default=1,
+        description="The one seed this training runs with: initialisation, batch order and "
+                    "dropout noise follow from it.")
+    log_every_steps: int = Field(
+        default=100, gt=0,
+        description="Record the training loss, learning rate, gradient norm and throughput, "
+                    "and log a progress line, every this many steps (and at the last).")
+    eval_every_steps: int = Field(
+        default=1000, gt=0,
+        description="Compute the dev split's loss and perplexity every this many steps (and at "
+                    "the last).")
+    checkpoints: CheckpointConfig = Field(
+        default=CheckpointConfig(),
+        description="When checkpoints are saved and how many are kept.")
+    average_last: int = Field(
+        default=5, gt=0,
+        description="Checkpoints of the step grid averaged for the final model (paper: 5 base, "
+                    "20 big).")
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = Field(
+        default="fp32",
+        description="What a GPU computes the forward and backward passes in (a CPU always "
+                    "computes in fp32): fp32; bf16 autocast; fp16 autocast with dynamic loss "
+                    "scaling (fairseq's --fp16, for GPUs without bf16 units such as the paper's "
+                    "P100s or V100s); auto = bf16 where the GPU has bf16 units, fp16 elsewhere "
+                    "(reproduce/training/precision.py).")
+    clip_norm: float | None = Field(
+        default=None, gt=0,
+        description="Rescale a step's gradient to this L2 norm where it is larger; null: never "
+                    "(the paper's Transformers; Luong et al. 2015 clip their LSTMs at 5, for a "
+                    "loss summed over each sentence's tokens: our per-token mean has smaller "
+                    "gradients, which 5 clips more rarely).")
+    compile: Literal[True, False, "auto"] = Field(
+        default="auto",
+        description="Compile the model's forward and backward, and the loss's element-wise "
+                    "work, with torch.compile: auto = on GPUs (where it pays: fewer kernel "
+                    "launches, the dropout hash fused), eager on CPUs (compiling costs more than "
+                    "it saves there). The weights do not depend on it beyond float summation "
+                    "order.")
 
     @model_validator(mode="after")
     def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":
@@ -294,10 +455,21 @@ class TrainingConfig(Strict):
 class DecodingConfig(Strict):
     """Section 6.1: beam 4, alpha 0.6, max output length = input length + 50."""
 
-    beam_size: int = Field(default=4, gt=0)
-    length_penalty: float = Field(default=0.6, ge=0)
-    max_length_offset: int = Field(default=50, ge=0)
-    max_sentences_per_batch: int = Field(default=64, gt=0)
+    beam_size: int = Field(default=4, gt=0,
+                           description="Hypotheses kept at each step of beam search.")
+    length_penalty: float = Field(
+        default=0.6, ge=0,
+        description="alpha of GNMT's length penalty ((5 + |Y|) / 6)^alpha, which divides a "
+                    "finished hypothesis's log-probability; 0: none.")
+    max_length_offset: int = Field(
+        default=50, ge=0,
+        description="A translation has at most its source's tokens (EOS included) plus this "
+                    "many tokens (EOS included), and no more than learned positions have rows "
+                    "for.")
+    max_sentences_per_batch: int = Field(
+        default=64, gt=0,
+        description="Most sentences decoded together; sentences are sorted by length first, "
+                    "so that batches waste little on padding.")
 
 
 class TrainingPlan(TrainingConfig):
@@ -306,7 +478,11 @@ class TrainingPlan(TrainingConfig):
     (:meth:`Experiment.variant`), so that the spread of its scores over seeds measures what
     training's own randomness (initialisation, batch order, dropout) does to them."""
 
-    seed: Seed | list[Seed] = 1
+    seed: Seed | list[Seed] = Field(
+        default=1,
+        description="The seed of training's randomness (initialisation, batch order, dropout "
+                    "noise), or a list of distinct seeds: one training each, whose spread of "
+                    "scores measures what that randomness does to them.")
 
     @field_validator("seed", mode="plain")
     @classmethod
@@ -339,68 +515,113 @@ def _seed_problem(error: dict[str, Any]) -> str:
 class Variant(Strict):
     """One row of Table 3 (or the base/big models of Table 2) as overrides of the base."""
 
-    description: str = ""
-    # Label of the row group in Table 3 ("base", "A", ..., "E", "big"); None keeps it out.
-    table3_row: str | None = None
-    model: dict[str, Any] = {}
-    training: dict[str, Any] = {}
-    decoding: dict[str, Any] = {}
+    description: str = Field(default="",
+                             description="What the variant changes, shown beside its name.")
+    table3_row: str | None = Field(
+        default=None,
+        description="Label of the variant's row group in Table 3 (\"base\", \"A\", ..., "
+                    "\"E\", \"big\"); null keeps it out of Table 3.")
+    model: dict[str, Any] = Field(
+        default={},
+        description="Overrides of the experiment's model section, key by key.")
+    training: dict[str, Any] = Field(
+        default={},
+        description="Overrides of the experiment's training section, key by key (nested "
+                    "sections such as checkpoints merge key by key too).")
+    decoding: dict[str, Any] = Field(
+        default={},
+        description="Overrides of the experiment's decoding section, key by key.")
 
 
 class ResolvedVariant(Strict):
     """A variant with its overrides applied: everything needed to train and decode it."""
 
-    name: str
-    description: str
-    table3_row: str | None
-    model: ModelConfig
-    training: TrainingConfig
-    decoding: DecodingConfig
+    name: str = Field(description="The variant's name in the experiment file.")
+    description: str = Field(description="The variant's description.")
+    table3_row: str | None = Field(description="Its row group in Table 3, or None.")
+    model: ModelConfig = Field(description="The base model with the variant's overrides.")
+    training: TrainingConfig = Field(
+        description="The base training plan with the variant's overrides, and one seed.")
+    decoding: DecodingConfig = Field(description="The base decoding with the variant's overrides.")
 
 
 class TablesConfig(Strict):
-    # Which variants are Table 2's "Transformer (base model)" and "Transformer (big)", and our
-    # recurrent baseline (a variant with model.architecture: rnn), shown beside them.
-    table2: dict[Literal["base", "big", "rnn"], str] = {}
-    # Rate per GPU for the paper-style FLOPs estimate. None (the default): the datasheet peak of
-    # the GPU that ran, at its training precision (reproduce/gpu_peak_rates.py; the
-    # paper's P100 = 9.5e12). Set it to force one rate for every run.
-    gpu_flops_per_second: float | None = Field(default=None, gt=0)
-    # Which of the paper's language pairs our numbers are shown beside.
-    paper_language_pair: Literal["en_de", "en_fr"] = "en_de"
-    # Parsing experiments: which variant is our Table 4 row, under the paper's training setting
-    # it reproduces ("WSJ only, discriminative" or "semi-supervised").
-    table4: dict[Literal["wsj_only", "semi_supervised"], str] = {}
+    """Which variants fill the paper's tables, and what they are shown beside."""
+
+    table2: dict[Literal["base", "big", "rnn"], str] = Field(
+        default={},
+        description="Which variants are Table 2's \"Transformer (base model)\" and "
+                    "\"Transformer (big)\", and our recurrent baseline (a variant with "
+                    "model.architecture: rnn), shown beside them.")
+    gpu_flops_per_second: float | None = Field(
+        default=None, gt=0,
+        description="Rate per GPU for the paper-style FLOPs estimate. null: the datasheet peak "
+                    "of the GPU that ran, at its training precision (reproduce/gpu_peak_rates.py; "
+                    "the paper's P100 = 9.5e12). Set it to force one rate for every run.")
+    paper_language_pair: Literal["en_de", "en_fr"] = Field(
+        default="en_de",
+        description="Which of the paper's language pairs our numbers are shown beside.")
+    table4: dict[Literal["wsj_only", "semi_supervised"], str] = Field(
+        default={},
+        description="Parsing experiments: which variant is our Table 4 row, under the paper's "
+                    "training setting it reproduces (\"WSJ only, discriminative\" or "
+                    "\"semi-supervised\").")
 
 
 class ScoringConfig(Strict):
     """How the paper-style tokenized BLEU is computed (see :mod:`reproduce.scoring.bleu`)."""
 
-    # get_ende_bleu.sh's ``a ##AT##-##AT## b`` split of hyphenated compounds after Moses
-    # tokenization (EN-DE as the paper; our choice for EN-FR is false).
-    compound_split: bool = True
+    compound_split: bool = Field(
+        default=True,
+        description="get_ende_bleu.sh's `a ##AT##-##AT## b` split of hyphenated compounds after "
+                    "Moses tokenization (EN-DE as the paper; our choice for EN-FR is false).")
 
 
 class Experiment(Strict):
     """A whole experiment file: one dataset with its model variants."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
-    # What the model learns: translation (Tables 2 and 3), or English constituency parsing
-    # (section 6.3, Table 4) as the translation of a sentence's words into its linearised tree,
-    # scored by labelled-bracket F1 instead of BLEU. Parsing data are `format: ptb` treebanks.
-    task: Literal["translation", "parsing"] = "translation"
-    source_lang: str
-    target_lang: str
-    data: DataConfig
-    bpe: BpeConfig
-    model: ModelConfig = ModelConfig()
-    training: TrainingPlan
-    decoding: DecodingConfig = DecodingConfig()
-    variants: dict[str, Variant] = Field(min_length=1)
-    tables: TablesConfig = TablesConfig()
-    scoring: ScoringConfig = ScoringConfig()
-    # Dev/test splits decoded for every variant.
-    splits: list[Literal["dev", "test"]] = ["dev", "test"]
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="The dataset's name: its folder under the results root and its MLflow "
+                    "experiment.")
+    task: Literal["translation", "parsing"] = Field(
+        default="translation",
+        description="What the model learns: translation (Tables 2 and 3), or English "
+                    "constituency parsing (section 6.3, Table 4) as the translation of a "
+                    "sentence's words into its linearised tree, scored by labelled-bracket F1 "
+                    "instead of BLEU. Parsing data are format: ptb treebanks.")
+    source_lang: str = Field(
+        description="The source language's code (en), shown in Tables 2 and 3.")
+    target_lang: str = Field(
+        description="The target language's code (de, fr): Moses tokenizes translations and "
+                    "references as this language for the paper-style BLEU; shown in Tables 2 and "
+                    "3.")
+    data: DataConfig = Field(
+        description="Where the corpora come from, how they are downloaded and how training "
+                    "pairs are filtered.")
+    bpe: BpeConfig = Field(
+        description="The shared source/target sentencepiece vocabulary (section 5.1).")
+    model: ModelConfig = Field(
+        default=ModelConfig(),
+        description="The base model's hyper-parameters (Table 3's columns), which variants "
+                    "override.")
+    training: TrainingPlan = Field(
+        description="The base training's hyper-parameters (sections 5.2-5.4) and seeds, which "
+                    "variants override.")
+    decoding: DecodingConfig = Field(
+        default=DecodingConfig(),
+        description="Beam search (section 6.1), which variants override.")
+    variants: dict[str, Variant] = Field(
+        min_length=1,
+        description="The models trained, by name (letters, digits, underscores): each a set of "
+                    "overrides of the base model, training and decoding.")
+    tables: TablesConfig = Field(
+        default=TablesConfig(),
+        description="Which variants fill the paper's tables, and what they are shown beside.")
+    scoring: ScoringConfig = Field(
+        default=ScoringConfig(), description="How the paper-style tokenized BLEU is computed.")
+    splits: list[Literal["dev", "test"]] = Field(
+        default=["dev", "test"], description="The splits decoded and scored for every variant.")
 
     @field_validator("variants")
     @classmethod

@@ -4,23 +4,8 @@ Experiment files hold the science; every Slurm setting lives in the profile (``s
 training's too: ``default-resources`` for what every job shares (account, QoS, constraint) and
 ``set-resources: train`` for the training request. The names are those of
 snakemake-executor-plugin-slurm, so that a key means the same for training (submitted by submitit,
-which requeues it at its time limit) as for every other job (submitted by the plugin):
-
-=========================  =================================================================
-``slurm_partition``        partition (``--partition``); unset: the cluster's default
-``slurm_account``          account (``--account``)
-``qos``                    quality of service (``--qos``)
-``constraint``             node features (``--constraint``), e.g. ``a100|h100``
-``nodes``                  nodes of the job
-``gpu``                    GPUs of the whole job, spread evenly over its nodes; one rank per GPU
-``tasks_per_node``         ranks per node without GPUs (CPU training, the test cluster)
-``cpus_per_task``          CPUs per rank
-``mem_mb``                 memory per node, MB
-``runtime``                time limit, minutes; the job is requeued there and resumes
-``slurm_extra``            further sbatch options, e.g. ``"--reservation=paper --exclusive"``
-``max_requeues``           requeues after a time limit (preemptions are not counted)
-``requeue_signal_seconds`` how long before the limit Slurm signals the job to checkpoint
-=========================  =================================================================
+which requeues it at its time limit) as for every other job (submitted by the plugin). Each
+field's description says what it asks for (``reproduce settings slurm`` prints them).
 """
 
 from __future__ import annotations
@@ -35,20 +20,37 @@ PROFILE_HINT = "the profile's set-resources: train or default-resources (slurm/c
 
 
 class SlurmRequest(Strict):
-    slurm_partition: str | None = None
-    slurm_account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    nodes: int = Field(default=1, gt=0)
-    gpu: int = Field(default=0, ge=0)
-    tasks_per_node: int | None = Field(default=None, gt=0)
-    cpus_per_task: int = Field(default=4, gt=0)
-    mem_mb: int | None = Field(default=None, gt=0)
-    runtime: int = Field(default=24 * 60, gt=0)
-    slurm_extra: str = ""
-    # A week-long run under a 24-hour limit needs at least 6.
-    max_requeues: int = Field(default=30, ge=0)
-    requeue_signal_seconds: int = Field(default=120, gt=0)
+    """Training's request, from the ``train`` rule's resources (``parse_request``)."""
+
+    slurm_partition: str | None = Field(
+        default=None, description="Partition (--partition); unset: the cluster's default.")
+    slurm_account: str | None = Field(default=None, description="Account (--account).")
+    qos: str | None = Field(default=None, description="Quality of service (--qos).")
+    constraint: str | None = Field(
+        default=None, description="Node features (--constraint), e.g. `a100|h100`.")
+    nodes: int = Field(default=1, gt=0, description="Nodes of the job.")
+    gpu: int = Field(
+        default=0, ge=0,
+        description="GPUs of the whole job, spread evenly over its nodes; one rank per GPU.")
+    tasks_per_node: int | None = Field(
+        default=None, gt=0,
+        description="Ranks per node, for jobs without GPUs (CPU training, the test cluster); "
+                    "unset: one per GPU, or 1 without GPUs.")
+    cpus_per_task: int = Field(default=4, gt=0, description="CPUs per rank.")
+    mem_mb: int | None = Field(default=None, gt=0, description="Memory per node, MB.")
+    runtime: int = Field(
+        default=24 * 60, gt=0,
+        description="Time limit, minutes; the job is requeued there and resumes.")
+    slurm_extra: str = Field(
+        default="",
+        description="Further sbatch long options, e.g. `--reservation=paper --exclusive`.")
+    max_requeues: int = Field(
+        default=30, ge=0,
+        description="Requeues after a time limit (preemptions are not counted); a week-long run "
+                    "under a 24-hour limit needs at least 6.")
+    requeue_signal_seconds: int = Field(
+        default=120, gt=0,
+        description="How long before the time limit Slurm signals the job to checkpoint.")
 
     @model_validator(mode="after")
     def _gpus_spread_evenly(self) -> "SlurmRequest":
