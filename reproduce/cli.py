@@ -42,7 +42,7 @@ def _version() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: the stage modules import this module's argument types.
-    from reproduce.commands import data, evaluate, report, train
+    from reproduce.commands import data, evaluate, report, settings, train
 
     parser = _Parser(
         prog="reproduce", description="Reproduce 'Attention Is All You Need', stage by stage."
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
                         help="print the package version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for stage in (data, train, evaluate, report):  # --help lists the commands in this order
+    for stage in (settings, data, train, evaluate, report):  # --help lists them in this order
         stage.register(commands)
     return parser
 

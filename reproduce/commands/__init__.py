@@ -1,6 +1,7 @@
 """The command line's commands, one module per pipeline stage, each command's options beside its
 handler: :mod:`~reproduce.commands.data`, :mod:`~reproduce.commands.train`,
-:mod:`~reproduce.commands.evaluate` and :mod:`~reproduce.commands.report`. Each module's
+:mod:`~reproduce.commands.evaluate` and :mod:`~reproduce.commands.report`, and before them
+:mod:`~reproduce.commands.settings`, which explains the experiment file's keys. Each module's
 ``register`` adds its commands to the parser of :mod:`reproduce.cli`, which holds what they share.
 
 Handlers stay thin: they turn the parsed options into paths and settings and call the stage's

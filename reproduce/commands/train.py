@@ -12,6 +12,7 @@ from reproduce.commands.arguments import (
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
 from reproduce.errors import UsageError
+from reproduce.training.slurm_request import SlurmRequest
 
 
 def _init_tracking(commands: argparse._SubParsersAction) -> None:
@@ -42,10 +43,10 @@ def _train(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--tasks", type=positive_int, default=1,
                      help="processes for the local launcher (default 1)")
     sub.add_argument("--slurm", action="append", default=[], metavar="NAME=VALUE",
-                     help="the Slurm launcher's request, one resource at a time (slurm_partition, "
-                          "slurm_account, qos, constraint, nodes, gpu, tasks_per_node, "
-                          "cpus_per_task, mem_mb, runtime, slurm_extra, max_requeues, "
-                          "requeue_signal_seconds); the pipeline passes the train rule's resources")
+                     help=f"the Slurm launcher's request, one resource at a time "
+                          f"({', '.join(SlurmRequest.model_fields)}: reproduce settings slurm "
+                          f"says what each asks for); the pipeline passes the train rule's "
+                          f"resources")
     add_threads(sub)
     sub.add_argument("--restart", action="store_true",
                      help="start from step 0: move checkpoints/ and train/ aside into "
