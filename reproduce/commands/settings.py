@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from reproduce.commands.arguments import add_command
+from reproduce.settings_reference import SECTIONS, listing, section, text
 
 
 def _settings(commands: argparse._SubParsersAction) -> None:
@@ -13,12 +14,11 @@ def _settings(commands: argparse._SubParsersAction) -> None:
                       "print the experiment file's settings: each key's type, bounds, default and "
                       "meaning")
     sub.add_argument("section", nargs="?", default=None,
-                     help="the section to print (training, model, ...); left out: the sections")
+                     help=f"the section to print: {', '.join(of.name for of in SECTIONS)}; left "
+                          f"out: what each holds")
 
 
 def cmd_settings(args: argparse.Namespace) -> None:
-    from reproduce.settings_reference import listing, section, text
-
     if args.section is None:
         print(listing(), end="")
         print("\nreproduce settings SECTION prints a section's keys.")
