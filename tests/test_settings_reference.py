@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from reproduce import settings_reference
@@ -146,3 +147,20 @@ def test_the_slurm_option_of_train_names_every_resource_of_the_request():
     assert result.returncode == 0, result.stderr
     assert _words(", ".join(SlurmRequest.model_fields)) in _words(result.stdout)
     assert "reproduce settings slurm" in _words(result.stdout)
+
+
+def _properties(schema: dict, key: str = "") -> list[tuple[str, dict]]:
+    """Every property of a JSON schema, however deep, with its dotted key."""
+    found = []
+    for name, value in schema.get("properties", {}).items():
+        found += [(f"{key}{name}", value), *_properties(value, f"{key}{name}.")]
+    return found
+
+
+def test_every_key_of_the_pipeline_config_has_a_description():
+    """The pipeline config is validated by a JSON schema, which keeps its descriptions as data
+    too."""
+    schema = yaml.safe_load((ROOT / "workflow/schemas/pipeline.schema.yaml").read_text())
+    keys = _properties(schema)
+    assert {"experiments", "training.launcher"} <= {key for key, _ in keys}
+    assert [key for key, value in keys if not str(value.get("description", "")).strip()] == []
