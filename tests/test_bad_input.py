@@ -16,6 +16,8 @@ import json
 import os
 import pickle
 import random
+import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -38,6 +40,7 @@ from reproduce.training.checkpoints import save_checkpoint
 from tests.corpus_archives import write_tgz, write_tgz_bytes
 from tests.training_fixtures import write_encoded
 from tests.local_http_server import serving
+from tests.project_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cr3t-t0ken"
@@ -199,6 +202,22 @@ def _latin1(world: World) -> Path:
 def _long_line(world: World) -> Path:
     path = world.root / "long.txt"
     path.write_text("a b\n" + " ".join(["the"] * 80) + "\n")
+    return path
+
+
+def _bounded(world: World, max_source_pieces: int) -> Path:
+    """The world's experiment with ``decoding.max_source_pieces`` set."""
+    raw = yaml.safe_load(world.experiment.read_text())
+    raw["decoding"]["max_source_pieces"] = max_source_pieces
+    path = world.root / f"bounded-{max_source_pieces}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _thirty_words(world: World) -> Path:
+    """A short line, then one of 30 words: 31 pieces at least, its end of sentence included."""
+    path = world.root / "thirty.txt"
+    path.write_text("a b\n" + " ".join(["a", "b"] * 15) + "\n")
     return path
 
 
@@ -413,6 +432,13 @@ CASES = [
      lambda w: _decode(w, **{"--variant": "E_learned", "--checkpoint": w.learned_checkpoint,
                              "--source": _long_line(w)}),
      ["long.txt line 2", "model.max_positions=64"]),
+    ("decode-line-longer-than-max-source-pieces", "decode",
+     lambda w: _decode(w, **{"--experiment": _bounded(w, 20), "--source": _thirty_words(w)}),
+     ["thirty.txt line 2", "more than decoding.max_source_pieces=20", "line breaks lost"]),
+    ("decode-max-source-pieces-below-learned-positions", "decode",
+     lambda w: _decode(w, **{"--experiment": _bounded(w, 20), "--variant": "E_learned",
+                             "--checkpoint": w.learned_checkpoint, "--source": _thirty_words(w)}),
+     ["thirty.txt line 2", "decoding.max_source_pieces=20"]),
     ("decode-source-not-utf8", "decode", lambda w: _decode(w, **{"--source": _latin1(w)}),
      ["latin1.txt", "line 3", "not UTF-8"]),
     ("decode-source-missing", "decode", lambda w: _decode(w, **{"--source": w.root / "none.txt"}),
@@ -715,6 +741,86 @@ def test_verbose_shows_the_traceback_as_well(world):
     assert result.returncode != 0
     assert "Traceback" in result.stderr
     assert result.stderr.rstrip("\n").splitlines()[-1].startswith("reproduce decode: error: ")
+
+
+def test_a_line_over_the_bound_is_refused_before_any_decoding(world):
+    """The refusal is decode's only word: not one progress line (logged after every sentence
+    here), no translations written; the same file decodes under a bound that covers its line."""
+    source, out = _thirty_words(world), world.root / "thirty.out"
+    refused = run_cli("decode", *_decode(world, **{"--experiment": _bounded(world, 20),
+                                                  "--source": source, "--out": out}),
+                      cwd=world.root, env={"REPRODUCE_PROGRESS_SECONDS": "0"})
+    line = assert_one_line_error(refused, "decode", "thirty.txt line 2")
+    assert refused.stdout == "" and refused.stderr == line + "\n"
+    assert not out.exists()
+    decoded = run_cli("decode", *_decode(world, **{"--experiment": _bounded(world, 64),
+                                                  "--source": source, "--out": out}),
+                      cwd=world.root, env={"REPRODUCE_PROGRESS_SECONDS": "0"})
+    assert decoded.returncode == 0, decoded.stderr
+    assert "decode " in decoded.stderr  # its progress lines, which the refusal never reached
+    assert out.read_text().count("\n") == 2
+
+
+DEV_TRANSLATIONS = "results/tiny/base/seed-1/translations/dev.last.txt"
+
+
+def _decode_workflow(world: World, folder: Path, max_source_pieces: int) -> Path:
+    """A copy of the workflow whose decode rule's inputs are there: the world's experiment (with
+    ``max_source_pieces``), sentencepiece model and a checkpoint of it, and a dev source whose
+    second line has 30 words."""
+    workdir = copy_workflow(folder)
+    experiment = shutil.copy(_bounded(world, max_source_pieces), workdir / "configs/tiny.yaml")
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(
+        {"experiments": ["configs/tiny.yaml"], "results": "results",
+         "training": {"launcher": "inline", "tasks": 1, "threads": 1}}))
+    dataset = workdir / "results/tiny"
+    for source, placed in ((world.spm, "bpe/spm.model"), (_thirty_words(world), "data/dev.src")):
+        (dataset / placed).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, dataset / placed)
+    _checkpoint(dataset / "base/seed-1/train/final.pt", 120, 16, 10, _trained_with(experiment),
+                world.spm)
+    return workdir
+
+
+def _snakemake_decode(workdir: Path, *options: str) -> subprocess.CompletedProcess:
+    """Snakemake asked for the dev translations, with the decode rule alone allowed to run."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "--cores", "1",
+         "--configfile=pipeline.yaml", "--allowed-rules", "decode", *options, "--",
+         DEV_TRANSLATIONS], cwd=workdir, capture_output=True, text=True, timeout=300,
+        env={key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
+        | {"PYTHONPATH": str(ROOT), "REPRODUCE_PROGRESS_SECONDS": "0"})
+
+
+def test_the_decode_rule_logs_the_refusal_as_its_one_line(world, tmp_path):
+    """Snakemake's decode rule goes through the same command: the job fails, and its log holds
+    the refusal alone, before any decoding, with no translations written."""
+    workdir = _decode_workflow(world, tmp_path, 20)
+    result = _snakemake_decode(workdir)
+    assert result.returncode != 0, result.stdout[-3000:] + result.stderr[-3000:]
+    log = (workdir / "results/logs/tiny/decode_base_seed1_dev_last.log").read_text()
+    assert log.startswith("reproduce decode: error: ") and log.count("\n") == 1, log
+    assert "data/dev.src line 2" in log and "decoding.max_source_pieces=20" in log
+    assert not (workdir / DEV_TRANSLATIONS).exists()
+
+
+def test_an_edited_bound_replans_no_decoding(world, tmp_path):
+    """The bound changes no translation, so unlike the beam size it is not among the decode
+    rule's params: translations made under one bound stay when it is edited."""
+    workdir = _decode_workflow(world, tmp_path, 64)
+    decoded = _snakemake_decode(workdir)
+    assert decoded.returncode == 0, decoded.stdout[-3000:] + decoded.stderr[-3000:]
+    assert (workdir / DEV_TRANSLATIONS).read_text().count("\n") == 2
+    experiment = workdir / "configs/tiny.yaml"
+    for edit, replanned in (({"max_source_pieces": 40}, False), ({"beam_size": 2}, True)):
+        raw = yaml.safe_load(experiment.read_text())
+        raw["decoding"].update(edit)
+        experiment.write_text(yaml.safe_dump(raw))
+        planned = _snakemake_decode(workdir, "--dry-run")
+        output = planned.stdout + planned.stderr
+        assert planned.returncode == 0, output[-3000:]
+        assert (re.search(r"^decode\s+1$", output, re.MULTILINE) is not None) == replanned, (
+            edit, output[-3000:])
 
 
 # --------------------------------------------------------------------------------------------

@@ -124,6 +124,13 @@ FIELD_CASES = [
     ("decoding-max_length_offset-negative", _set("decoding.max_length_offset", -1),
      ["decoding.max_length_offset"]),
     ("decoding-unknown-key", _set("decoding.beam", 4), ["decoding.beam: unknown key"]),
+    ("decoding-max_source_pieces-zero", _set("decoding.max_source_pieces", 0),
+     ["decoding.max_source_pieces", "greater than 0", "got 0"]),
+    ("decoding-max_source_pieces-fraction", _set("decoding.max_source_pieces", 512.5),
+     ["decoding.max_source_pieces", "got 512.5"]),
+    ("variant-decoding-max_source_pieces-negative",
+     _set("variants.base.decoding.max_source_pieces", -1),
+     ["variants.base.decoding: max_source_pieces", "got -1"]),
     # bpe
     ("bpe-vocab_size-zero", _set("bpe.vocab_size", 0), ["bpe.vocab_size"]),
     ("bpe-vocab_size-string", _set("bpe.vocab_size", "32k"), ["bpe.vocab_size", "'32k'"]),

@@ -92,3 +92,22 @@ def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tm
     assert {"aten::mm", "aten::addmm", "aten::linear"} & {
         op["name"] for op in profiled["top_host_ops"]}
     assert "profiled 1 x batch: " in output and "| host operation | own ms a batch |" in output
+
+
+def test_line_lengths_names_each_files_longest_line(tmp_path):
+    """SGM as ``prepare`` reads it (entities unescaped) and plain text; pieces of a BPE learned
+    from the files, their end of sentence counted, never fewer than the words."""
+    sgm = tmp_path / "test.en.sgm"
+    sgm.write_text('<srcset setid="t" srclang="any">\n<doc docid="d">\n'
+                   '<seg id="1">a short one</seg>\n'
+                   '<seg id="2">the longest line &amp; its seven words</seg>\n'
+                   '<seg id="3">two words</seg>\n</doc>\n</srcset>\n')
+    text = tmp_path / "dev.en"
+    text.write_text("one\nthe houses are small\nthe house is small and old\nno\n")
+    output = _run("line_lengths.py", str(sgm), str(text), "--vocab", "40")
+    assert "test.en.sgm: 3 lines" in output and "dev.en: 4 lines" in output
+    sgm_part, text_part = output.split("dev.en: 4 lines")
+    assert "words      7 (line 2)" in sgm_part and "characters 34 (line 2)" in sgm_part
+    assert "words      6 (line 3)" in text_part and "characters 26 (line 3)" in text_part
+    pieces = [int(count) for count in re.findall(r"pieces, BPE of +\d+: (\d+) \(line", output)]
+    assert len(pieces) == 2 and pieces[0] >= 7 + 1 and pieces[1] >= 6 + 1

@@ -1,5 +1,5 @@
-"""Translation of a list of lines: empty lines stay empty without the model, order is kept, and
-progress is logged as sentences are decoded."""
+"""Translation of a list of lines: empty lines stay empty without the model, order is kept,
+progress is logged as sentences are decoded, and a line over the bound stops it all beforehand."""
 
 import logging
 import re
@@ -11,6 +11,7 @@ from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.decoding.translate import translate_sentences
+from reproduce.errors import DataError
 from reproduce.model.architectures import build_model
 from reproduce.special_tokens import EOS, PAD
 
@@ -74,3 +75,20 @@ def test_decoding_logs_sentences_done_rate_and_eta(model, processor, monkeypatch
     # and repeat a line between batches.
     assert sorted(set(counts) - {(0, 4)}) == [(2, 4), (4, 4)] and counts == sorted(counts)
     assert caplog.records[-1].getMessage().startswith("decode input: done, 4 sentences in ")
+
+
+def test_a_line_over_the_bound_is_refused_before_any_sentence_is_decoded(model, processor):
+    lines = ["a dog", "the small house is old and the dog is small", "the house is small"]
+    pieces = [len(ids) + 1 for ids in processor.encode(lines)]  # and the end of sentence
+    bound = pieces[1] - 1
+    assert max(pieces[0], pieces[2]) <= bound
+    with pytest.raises(DataError, match=rf"^corpus\.txt line 2: {pieces[1]} pieces \(end of "
+                                        rf"sentence included\), more than "
+                                        rf"decoding\.max_source_pieces={bound}; "):
+        translate_sentences(model, processor, lines,
+                            DECODING.model_copy(update={"max_source_pieces": bound}),
+                            source_name="corpus.txt")
+    assert model.encoded_rows == []  # not even the lines within the bound
+    at_bound = DECODING.model_copy(update={"max_source_pieces": pieces[1]})
+    assert len(translate_sentences(model, processor, lines, at_bound)) == 3
+    assert len(model.encoded_rows) == 3

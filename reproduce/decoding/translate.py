@@ -76,7 +76,7 @@ def translate_sentences(
     translated as an empty line without running the model, as Moses and fairseq do: given only
     the end of sentence, a model invents a sentence, which BLEU would count against it."""
     encoded = [ids + [EOS] for ids in processor.encode(sentences)]
-    _check_positions(encoded, model.config.position_limit, source_name)
+    _check_lengths(encoded, decoding.max_source_pieces, model.config.position_limit, source_name)
     translations: list[str] = [""] * len(encoded)
     order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
                    key=lambda index: len(encoded[index]))
@@ -117,17 +117,24 @@ def translate_file(
     write_text_whole(out, "".join(line + "\n" for line in translations))
 
 
-def _check_positions(encoded: list[list[int]], limit: int | None, source_name: str) -> None:
-    """Refuse, before any decoding, a line longer than learned positions reach (row E)."""
-    if limit is None:
-        return
+def _check_lengths(encoded: list[list[int]], max_source_pieces: int, position_limit: int | None,
+                   source_name: str) -> None:
+    """Refuse, before any decoding, a line longer than ``decoding.max_source_pieces`` or than
+    learned positions reach (row E), whichever is less. Beam search runs a line's length +
+    ``max_length_offset`` steps, each attending to the whole line: one line of 51,000 words (a
+    file whose line breaks were lost) decoded for a quarter of an hour without an end in sight."""
+    if position_limit is not None and position_limit < max_source_pieces:
+        limit, beyond = position_limit, (
+            f"the model's learned positions (model.max_positions={position_limit}); shorten or "
+            f"drop the line, or train with a larger max_positions")
+    else:
+        limit, beyond = max_source_pieces, (
+            f"decoding.max_source_pieces={max_source_pieces}; split the line (were the file's "
+            f"line breaks lost?) or drop it, or raise decoding.max_source_pieces")
     for number, ids in enumerate(encoded, start=1):
         if len(ids) > limit:
-            raise DataError(
-                f"{source_name} line {number}: {len(ids)} pieces (end of sentence included), more "
-                f"than the model's learned positions (model.max_positions={limit}); shorten or "
-                f"drop the line, or train with a larger max_positions"
-            )
+            raise DataError(f"{source_name} line {number}: {len(ids)} pieces (end of sentence "
+                            f"included), more than {beyond}")
 
 
 def _check_one_line_each(translations: list[str], expected: int, source: Path) -> None:

@@ -26,10 +26,11 @@ rule decode:
     threads: config["training"].get("threads", 1)
     params:
         experiment=experiment_file,
-        # an edited beam size or penalty replans decoding
+        # an edited beam size or penalty replans decoding; the bound on a source line does
+        # not: it changes no translation, it only refuses an input
         decoding=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
-        .decoding.model_dump_json(),
+        .decoding.model_dump_json(exclude={"max_source_pieces"}),
     shell:
         "python -m reproduce decode --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --seed {wildcards.seed}"
