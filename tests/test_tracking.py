@@ -23,7 +23,7 @@ from reproduce.tracking import (
 from reproduce.cli import main
 from reproduce.tracking.datasets import dataset_inputs, public_url
 from reproduce.tracking.store import artifact_root
-from reproduce.tracking.view import KEY_RESULTS, VIEW_STATE_TAG, ui_base
+from reproduce.tracking.view import KEY_RESULTS, SEED_COLUMN, VIEW_STATE_TAG, ui_base
 from reproduce.training.launch import launch_training
 from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, corpus_pair, random_corpus, small_variant
@@ -179,7 +179,7 @@ def test_a_dataset_experiment_opens_on_its_key_results(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri(tmp_path))
     experiment = client.get_experiment_by_name("tiny")
     view = json.loads(experiment.tags[VIEW_STATE_TAG])
-    assert view["selectedColumns"] == view["columnOrder"] == KEY_RESULTS
+    assert view["selectedColumns"] == [SEED_COLUMN, *KEY_RESULTS]
     assert KEY_RESULTS[:2] == ["metrics.`test_averaged_tokenized_bleu`",
                                "metrics.`test_averaged_sacrebleu`"]
     assert {"params.`parameters`", "metrics.`summary/gpu_hours`", "metrics.`test_averaged_f1`",

@@ -1,5 +1,6 @@
 """What a researcher sees on opening MLflow's UI (3.17): the key results as the runs table's
-columns, the summary apart from the training curves, and the address that opens them.
+columns, a variant's seeds gathered under it, the summary apart from the training curves, and
+the address that opens them.
 
 The runs table shows, by default, only the Source, Models and Dataset attributes; its metric
 and param columns stay behind *Columns* until chosen. MLflow's UI can open a view that someone
@@ -7,10 +8,11 @@ shared: the experiment tag ``mlflow.sharedViewState.<key>`` holds the view as JS
 experiment page's URL parameter ``viewStateShareKey=<key>`` opens it (the UI's bundle reads the
 tag, parses its value as JSON, and takes ``selectedColumns`` and the other UI-state fields from it,
 the search facets too unless the URL has its own). Each variant experiment carries the view
-:data:`KEY_RESULTS_VIEW`, whose columns are :data:`KEY_RESULTS`, and :func:`addresses` gives the
-URL that opens it: the experiment's ``/runs`` page itself (``#/experiments/<id>`` redirects there
-and drops the parameter), with ``workflowType=machine_learning``: MLflow 3.17 picks its GenAI or
-Model training pages from that switch (remembered by the browser, GenAI at first), not from the
+:data:`KEY_RESULTS_VIEW`, whose columns are each run's seed and :data:`KEY_RESULTS`, its runs
+grouped by variant (:data:`BY_VARIANT`) and sorted by name, and :func:`addresses` gives the URL
+that opens it: the experiment's ``/runs`` page itself (``#/experiments/<id>`` redirects there and
+drops the parameter), with ``workflowType=machine_learning``: MLflow 3.17 picks its GenAI or Model
+training pages from that switch (remembered by the browser, GenAI at first), not from the
 experiment's ``mlflow.experimentKind`` tag.
 
 The summary of a training is logged as ``summary/<name>`` at step 0 (:func:`summary_metric`). In
@@ -80,12 +82,34 @@ KEY_RESULTS = [
 ]
 
 
+# The view's columns: the run's seed (its ``seed`` tag; a variant is trained with each of its
+# seeds), then the key results.
+SEED_COLUMN = _column("tags", "seed")
+VIEW_COLUMNS = [SEED_COLUMN, *KEY_RESULTS]
+# The runs grouped by their ``variant`` tag, as the runs table's *Group by* does: one row per
+# variant with the average of its seeds' values, its seeds' runs below it (expanded). MLflow 3.17's
+# ``RunsGroupByConfig``: modes ``tag``, ``param``, ``dataset``; ``min``, ``average`` or ``max``.
+BY_VARIANT = {"aggregateFunction": "average",
+              "groupByKeys": [{"mode": "tag", "groupByData": "variant"}]}
+# The runs sorted by name, not by start (the UI's default, newest first): the variants in a
+# stable order and each one's seeds in theirs, however the trainings were scheduled. A search
+# facet, which the UI takes from the view too.
+BY_NAME = {"orderByKey": _column("tags", "mlflow.runName"), "orderByAsc": True}
+# The run-name column, wide enough for a group's label (``Group: E_learned`` and its count); the
+# UI applies the widths of the columns in ``columnOrder`` only.
+RUN_NAME_COLUMN = _column("attributes", "Run Name")
+RUN_NAME_WIDTH = 240
+
+
 def key_results_view_state() -> str:
-    """The view's JSON: the key-result columns selected, in their order and wide enough for their
-    names (the UI's other fields at its defaults)."""
-    widths = {column: _width(column) for column in KEY_RESULTS}
-    return json.dumps({"selectedColumns": KEY_RESULTS, "columnOrder": KEY_RESULTS,
-                       "columnWidths": widths})
+    """The view's JSON: the seed and key-result columns selected, in their order and wide enough
+    for their names, the runs grouped by variant and sorted by name (the UI's other fields at its
+    defaults)."""
+    widths = {column: _width(column) for column in VIEW_COLUMNS}
+    return json.dumps({"selectedColumns": VIEW_COLUMNS,
+                       "columnOrder": [RUN_NAME_COLUMN, *VIEW_COLUMNS],
+                       "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH, **widths},
+                       "groupBy": BY_VARIANT, **BY_NAME})
 
 
 def _width(column: str) -> int:
