@@ -317,12 +317,14 @@ class VariantRun:
 
     def finish(self, status: str = "FINISHED") -> None:
         """End the run as FINISHED, FAILED or KILLED, after it caught up with what the store
-        missed: a last attempt at both even within an outage's back-off, as nothing comes after
-        it."""
+        missed: a last attempt even within an outage's back-off, as nothing comes after it; one,
+        so that a store that does not answer costs the end of a training (a stop signal's grace
+        period before Slurm requeues the job) one timeout, not two."""
         self._stop_system_metrics()
-        self._call("logging what the store missed", self._catch_up, last_chance=True)
-        if self._call(f"marking the run {status}",
-                      lambda: self.client.set_terminated(self.run_id, status), last_chance=True):
+        if (self._call("logging what the store missed", self._catch_up, last_chance=True)
+                and self._call(f"marking the run {status}",
+                               lambda: self.client.set_terminated(self.run_id, status),
+                               last_chance=True)):
             return
         if self.run_id is None:
             log.warning("MLflow: the store did not answer during the training; no run of it is"
