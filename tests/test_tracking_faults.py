@@ -1,7 +1,8 @@
 """The tracking store failing a training, through the real command line in subprocesses: a
 tracking server that accepts connections and never answers when the training starts (a listening
 socket that never replies, as a loaded machine's server is), later replaced by a real
-``mlflow server``; and the embedded store removed during the training.
+``mlflow server``; the embedded store removed during the training; and a server started again
+on a new store during it.
 
 Neither costs the training, nor anything of its MLflow record: the run is opened when the store
 answers, and recorded again from what the training logged and ``train/metrics.jsonl`` when the
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.mlflow_server import running_mlflow_server
+from tests.mlflow_server import free_port, running_mlflow_server
 from tests.training_fixtures import ROOT, random_corpus
 
 SECRET = "s3cr3t-pw"
@@ -180,5 +181,32 @@ def test_an_embedded_store_removed_during_a_training_records_it_again(tmp_path):
         training.kill()
     store = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
     assert_the_run_holds_the_training(store, tmp_path)
+    assert (tmp_path / "base/checkpoints/mlflow_run_id").read_text() != lost
+    assert f"run {lost} is not in the store any more" in (tmp_path / "train.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_training_whose_server_comes_back_on_a_new_store_is_recorded_there(tmp_path):
+    """The server is started again on an empty store while the training is held (SIGSTOP) after
+    its first records: the store answers without the run, which is recorded there anew."""
+    port = free_port()
+    metrics = tmp_path / "base/train/metrics.jsonl"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with running_mlflow_server(tmp_path / "first", port=port) as url:
+        training = start_training(tmp_path, 36, environment(MLFLOW_TRACKING_URI=url))
+        try:
+            wait_until(lambda: metrics.exists() and metrics.read_text().count("\n") >= 2,
+                       "records", training)
+        finally:
+            training.send_signal(signal.SIGSTOP)
+    try:
+        lost = (tmp_path / "base/checkpoints/mlflow_run_id").read_text()
+        with running_mlflow_server(tmp_path / "second", port=port) as url:
+            training.send_signal(signal.SIGCONT)
+            assert training.wait(timeout=600) == 0, (tmp_path / "train.log").read_text()[-3000:]
+            assert_the_run_holds_the_training(MlflowClient(url), tmp_path)
+    finally:
+        training.kill()
     assert (tmp_path / "base/checkpoints/mlflow_run_id").read_text() != lost
     assert f"run {lost} is not in the store any more" in (tmp_path / "train.log").read_text()

@@ -321,6 +321,7 @@ class VariantRun:
         so that a store that does not answer costs the end of a training (a stop signal's grace
         period before Slurm requeues the job) one timeout, not two."""
         self._stop_system_metrics()
+        self._system_metrics_uri = None  # none started for a run opened now, as it ends
         if (self._call("logging what the store missed", self._catch_up, last_chance=True)
                 and self._call(f"marking the run {status}",
                                lambda: self.client.set_terminated(self.run_id, status),
