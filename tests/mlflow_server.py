@@ -20,11 +20,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_mlflow_server(folder: Path, bind: str = "127.0.0.1", store: str | None = None):
+def running_mlflow_server(folder: Path, bind: str = "127.0.0.1", store: str | None = None,
+                          port: int | None = None):
     """Yield the server's URL on 127.0.0.1; ``bind`` is the address it listens on, ``store``
     the backend store URI (default: a new SQLite file in ``folder``), as ``mlflow ui
-    --backend-store-uri`` serves an embedded store."""
-    port = free_port()
+    --backend-store-uri`` serves an embedded store; ``port`` (default: a free one)."""
+    port = port or free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
     process = subprocess.Popen(
         [str(mlflow), "server", "--host", bind, "--port", str(port), "--workers", "1",

@@ -831,8 +831,8 @@ TRACKING_CASES = [
      ["MLFLOW_TRACKING_URI=ftp://***@example.org/mlflow", "no store of scheme 'ftp'"]),
     ("tracking-uri-sqlite-names-no-file", "sqlite:///", ["MLFLOW_TRACKING_URI=sqlite:///",
                                                          "names no database file"]),
-    ("tracking-server-unreachable", "http://127.0.0.1:9",
-     ["MLFLOW_TRACKING_URI=http://127.0.0.1:9", "no MLflow tracking server answers"]),
+    ("tracking-server-address-without-port-number", "http://127.0.0.1:mlflow",
+     ["MLFLOW_TRACKING_URI=http://127.0.0.1:mlflow", "not a server address"]),
 ]
 
 

@@ -458,10 +458,12 @@ def test_an_unreachable_server_is_one_line_without_credentials(tmp_path, monkeyp
     assert "http://***@127.0.0.1" in message and "mlflow-server.sh" in message
 
 
-def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
+def test_train_refuses_to_start_with_a_server_address_that_cannot_work(tmp_path):
+    """A server that does not answer is waited for (tests/test_tracking_faults.py); an address
+    without a port number never answers."""
     for split in ("train", "dev"):
         (tmp_path / split).mkdir()  # the arguments are checked first; the store before any work
-    environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:{free_port()}",
+    environment = dict(os.environ, MLFLOW_TRACKING_URI=f"http://u:{SECRET}@127.0.0.1:port",
                        PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "reproduce", "train",
@@ -471,7 +473,8 @@ def test_train_refuses_to_start_when_the_server_is_unreachable(tmp_path):
         capture_output=True, text=True, timeout=120, env=environment,
     )
     assert result.returncode != 0
-    assert result.stderr.startswith("reproduce train: error: MLFLOW_TRACKING_URI=http://***@127.0.0.1")
+    assert result.stderr.startswith("reproduce train: error: MLFLOW_TRACKING_URI=http://***@127.0.0.1"
+                                    ":port: not a server address")
     assert result.stderr.count("\n") == 1 and SECRET not in result.stderr
     assert not (tmp_path / "base").exists()  # nothing started
 

@@ -17,14 +17,16 @@ from reproduce.training.slurm_request import SlurmRequest
 
 def _init_tracking(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "init-tracking", cmd_init_tracking,
-                      "check the MLflow tracking server, or create the embedded store")
+                      "check the MLflow tracking server (a silent one is a warning: the "
+                      "trainings log to it when it answers), or create the embedded store")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
 
 
 def cmd_init_tracking(args: argparse.Namespace) -> None:
     from reproduce.tracking import prepare_store, redact
 
-    print(f"MLflow store: {redact(prepare_store(Path(args.results)))}", file=sys.stderr)
+    uri = prepare_store(Path(args.results), wait_for_server=True)
+    print(f"MLflow store: {redact(uri)}", file=sys.stderr)
 
 
 def _train(commands: argparse._SubParsersAction) -> None:

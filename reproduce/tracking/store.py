@@ -3,12 +3,16 @@
 The store is ``MLFLOW_TRACKING_URI`` when set (a tracking server, the setting for Slurm: many jobs
 writing one SQLite file on a shared filesystem is unsafe), else an embedded SQLite file beside the
 results (``sqlite:///<results>/mlflow.db``). :func:`prepare_store` runs before any training: a
-server must answer a read-only API call within a few seconds (``/health`` would not do: MLflow
-answers it whatever the Host header, and refuses API calls from a host name it does not allow),
-and an embedded store is created (its schema migrated) by one process at a time under a file lock,
-so parallel jobs on a new store never race in MLflow's migrations. Credentials in the URI
-(``user:password@``) never reach a message. Everything here goes through MLflow's client; no SQL
-is run against its store.
+URI that cannot work (an unknown scheme, no host) is refused, and so is a server that refuses a
+read-only API call (``/health`` would not do: MLflow answers it whatever the Host header, and
+refuses API calls from a host name it does not allow). A server that does not answer within a few
+seconds is refused where the answer is needed now (``mlflow-address``), and is one warning before a
+training (``wait_for_server``): a loaded server is slow exactly when a sweep's jobs start, and the
+run is opened when it answers (:class:`reproduce.tracking.runs.VariantRun`). An embedded store is
+created (its schema migrated) by one process at a time under a file lock, so parallel jobs on a
+new store never race in MLflow's migrations, and created again the same way when it was removed
+during a run. Credentials in the URI (``user:password@``) never reach a message. Everything here
+goes through MLflow's client and store classes; no SQL is run against its store.
 
 The embedded store keeps its artifacts in ``<results>/mlartifacts``. A limitation of MLflow, not
 worked around: it records an experiment's and a run's artifact location as an absolute URI
@@ -33,6 +37,7 @@ import fcntl
 import logging
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -48,6 +53,11 @@ INVALID_HOST = "Invalid Host header"  # the start of MLflow's 403 answer to a ho
 # MLflow's HTTP client retries a failed request 7 times with back-off (about 4 minutes) and waits
 # 120 s for an answer; a training process asks for less, so that a lost server costs seconds.
 FAST_FAILING_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+# A pooled SQLite connection keeps the file it opened: after the store is removed, its reads see
+# the removed file and its writes fail ("attempt to write a readonly database") until the process
+# ends. A connection per session opens the file that is there, so a removed store is noticed and
+# can be created again.
+SQLITE_CONNECTION_PER_SESSION = {"MLFLOW_SQLALCHEMYSTORE_POOLCLASS": "NullPool"}
 
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 # MLflow's switch for the "View run <name> at: <tracking URI>/..." line it prints as a run ends.
@@ -123,17 +133,41 @@ def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS) -> str:
-    """Check the tracking server, or create the embedded store, before expensive work starts."""
+def prepare_store(results_dir: Path, timeout: float = SERVER_CHECK_SECONDS,
+                  wait_for_server: bool = False) -> str:
+    """Check the tracking server, or create the embedded store, before expensive work starts.
+
+    A server that does not answer within ``timeout`` is refused, unless ``wait_for_server`` (a
+    training, ``init-tracking``): then it gets one warning, and the training's run is opened when
+    the server answers, its metrics kept in ``train/metrics.jsonl`` meanwhile."""
     uri = tracking_uri(results_dir)
     check_scheme(uri)
     redact_credentials_in_logs()
-    fail_fast_over_http()
+    configure_client(uri)
     if is_server(uri):
-        check_server(uri, timeout)
+        silence = server_silence(uri, timeout)
+        if silence is not None:
+            unanswered = (f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers"
+                          f" within {timeout:g} s ({silence})")
+            if not wait_for_server:
+                raise ConfigError(f"{unanswered}; start one (scripts/mlflow-server.sh start) or"
+                                  " unset MLFLOW_TRACKING_URI to use the embedded SQLite store")
+            _SILENT[uri] = time.monotonic()
+            log.warning("%s; training goes on, keeping its metrics in its train/metrics.jsonl,"
+                        " and logs its run to the server when it answers", unanswered)
     else:
         open_sqlite_store(results_dir)
     return uri
+
+
+_SILENT: dict[str, float] = {}  # server URI -> when this process found it silent
+
+
+def found_silent(uri: str) -> float | None:
+    """When :func:`prepare_store` found the server ``uri`` silent in this process (its
+    ``time.monotonic()``), or None: a training started right after it waits before asking
+    again, so that a silent server costs it neither a second timeout nor a second warning."""
+    return _SILENT.get(uri)
 
 
 # The schemes of MLflow's tracking stores (mlflow.tracking._tracking_service.utils; a database
@@ -155,6 +189,21 @@ def check_scheme(uri: str) -> None:
     if scheme == "sqlite" and not uri.removeprefix("sqlite:").strip("/"):
         raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: names no database file "
                           "(sqlite:////absolute/path/mlflow.db)")
+    if is_server(uri):
+        check_server_address(uri)
+
+
+def check_server_address(uri: str) -> None:
+    """Refuse a server URI without a host or with a port that is not a number: no wait makes it
+    answer."""
+    parts = urlsplit(uri)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port == -1:
+        raise ConfigError(f"MLFLOW_TRACKING_URI={redact(uri)}: not a server address"
+                          " (http://host:port, e.g. as scripts/mlflow-server.sh start prints it)")
 
 
 def open_sqlite_store(results_dir: Path) -> None:
@@ -170,16 +219,29 @@ def open_sqlite_store(results_dir: Path) -> None:
         warn_of_artifacts_elsewhere(uri, results_dir)
 
 
+def configure_client(uri: str) -> None:
+    """Set MLflow's client up in this process (and its children), unless set: HTTP calls that
+    fail fast, and for a SQLite store a connection per session
+    (:data:`SQLITE_CONNECTION_PER_SESSION`), which holds for a store first opened after this."""
+    fail_fast_over_http()
+    if uri.startswith("sqlite:"):
+        for name, value in SQLITE_CONNECTION_PER_SESSION.items():
+            os.environ.setdefault(name, value)
+
+
 def fail_fast_over_http() -> None:
     """Shorten MLflow's HTTP timeout and retries in this process (and its children), unless set."""
     for name, value in FAST_FAILING_HTTP.items():
         os.environ.setdefault(name, value)
 
 
-def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
-    """Raise :class:`ConfigError` (one line, no credentials) unless the server answers a
-    read-only API call within ``timeout``: not ``/health``, which MLflow answers whatever the Host
-    header, while it refuses every API call (403) from a host name it does not allow."""
+def server_silence(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> str | None:
+    """Why the server does not answer a read-only API call within ``timeout`` (``timed out``,
+    ``Connection refused``, ``HTTP 503``...), or None when it answers. Raise
+    :class:`ConfigError` (one line, no credentials) when it answers with a refusal: not
+    ``/health``, which MLflow answers whatever the Host header, while it refuses every API call
+    (403) from a host name it does not allow. A server error (5xx: a proxy in front of a loaded
+    server) is silence, not a refusal."""
     parts = urlsplit(uri)
     host = host_header(parts)
     path = parts.path.rstrip("/") + CHECK_PATH
@@ -191,14 +253,12 @@ def check_server(uri: str, timeout: float = SERVER_CHECK_SECONDS) -> None:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             response.read()
     except urllib.error.HTTPError as error:
+        if error.code >= 500:
+            return f"HTTP {error.code}"
         raise ConfigError(_refusal(uri, host, error)) from None
-    except (OSError, ValueError) as error:
-        reason = str(getattr(error, "reason", None) or error) or type(error).__name__
-        raise ConfigError(
-            f"MLFLOW_TRACKING_URI={redact(uri)}: no MLflow tracking server answers within"
-            f" {timeout:g} s ({redact(reason)}); start one (scripts/mlflow-server.sh start) or"
-            " unset MLFLOW_TRACKING_URI to use the embedded SQLite store"
-        ) from None
+    except OSError as error:
+        return redact(str(getattr(error, "reason", None) or error) or type(error).__name__)
+    return None
 
 
 def host_header(parts: SplitResult) -> str:
@@ -223,7 +283,10 @@ def _refusal(uri: str, host: str, error: urllib.error.HTTPError) -> str:
 
 
 def create_sqlite_store(uri: str) -> None:
-    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock)."""
+    """Create the SQLite store and migrate its schema, one process at a time (an fcntl lock);
+    again after its file was removed."""
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
     from mlflow.tracking import MlflowClient
 
     database = Path(uri[len("sqlite:///"):])
@@ -237,6 +300,9 @@ def create_sqlite_store(uri: str) -> None:
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
+            # MLflow's client keeps one store object per URI, which creates the schema only when
+            # it is made: a store object made here creates it again in a file removed since.
+            SqlAlchemyStore(uri, DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
             MlflowClient(uri).search_experiments(max_results=1)
         except Exception as error:
             raise ConfigError(f"MLflow store {database}: {redact(str(error))}") from error

@@ -249,7 +249,8 @@ def launch_training(
     from reproduce.tracking import prepare_store
 
     _check_partition(variant, _ranks(launcher, tasks, slurm), launcher)
-    prepare_store(results_dir)  # fails in seconds, before training, when the store is unreachable
+    # Refuses a URI that cannot work, in seconds, before training; a silent server is a warning.
+    prepare_store(results_dir, wait_for_server=True)
     check_not_empty(train_dir, "train")
     check_not_empty(dev_dir, "dev")
     if restart:
