@@ -202,12 +202,19 @@ class TrainingConfig(Strict):
     # (paper: 8 GPUs of ~3.1k tokens), the unit ranks share: the number of ranks must divide it
     # (8 allows 1, 2, 4, 8). A rank computes its share in as few passes as fit below.
     micro_batches_per_step: int = Field(default=8, gt=0)
-    # Largest padded size (tokens per side) of one forward/backward on one device: a rank fuses
-    # its micro-batches of a step into as few passes of up to this size as hold them (memory
+    # Most real tokens (per side) of one forward/backward on one device: a rank fuses its
+    # micro-batches of a step into as few passes of up to this size as hold them (memory
     # grows with it: docs/configuration.md, "Sizing a pass").
     max_tokens_per_device: int = Field(default=4096, gt=0)
     # Tensor widths are padded to a multiple of this, bounding the shapes GPU kernels meet.
     pad_to_multiple: int = Field(default=8, gt=0)
+    pass_buckets: bool = Field(default=False, description=(
+        "Give every forward/backward pass one of a few shapes: its sentence count and width "
+        "rounded up to a power of two, its token count to a multiple of max_tokens_per_device / "
+        "32, filled with dummy sentences and tokens that change neither the loss nor the "
+        "gradient (reproduce/training/batching.py, pass_shape). It is for GPUs that capture "
+        "each shape's pass once as a CUDA graph; without one it only adds computation, so it "
+        "is off until a GPU has measured it."))
     warmup_steps: int = Field(default=4000, gt=0)
     lr_scale: float = Field(default=1.0, gt=0)
     # Adam's decay rates lie in [0, 1) and its epsilon is positive (torch.optim.Adam would refuse
