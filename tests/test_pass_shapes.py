@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from reproduce.config import ModelConfig
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.experiment_file import load_experiment
 from reproduce.model.architectures import build_model
@@ -49,17 +50,22 @@ def _loss_and_gradients(model: TeacherForcedStates, batch, label_smoothing: floa
                            for name, parameter in model.named_parameters()}
 
 
-@pytest.mark.parametrize("attention_dropout", [0.0, 0.1])
-@pytest.mark.parametrize("radius", [None, 3])
-def test_dummy_sentences_and_tokens_change_neither_the_loss_nor_any_gradient(
-        corpora, attention_dropout, radius):
+TINY_BASE = load_experiment(ROOT / "configs/tiny.yaml").variant("base").model
+
+
+@pytest.mark.parametrize("config", [
+    TINY_BASE.model_copy(update={"dropout": 0.1}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_dropout": 0.1}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_radius": 3}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_dropout": 0.1, "attention_radius": 3}),
+    ModelConfig(architecture="rnn", layers=2, d_model=16, dropout=0.1),
+], ids=["transformer", "attention-dropout", "restricted", "restricted-attention-dropout", "rnn"])
+def test_dummy_sentences_and_tokens_change_neither_the_loss_nor_any_gradient(corpora, config):
     """float64, dropout on: a bucketed pass (dummy rows after 37 pairs, dummy tokens in the
     padding) and the same pairs unbucketed give the same loss and gradients to rounding; with
-    restricted self-attention too, where padding attends padding."""
+    restricted self-attention too, where padding attends padding, and the recurrent baseline,
+    whose encoder reads every position up to a sentence's length."""
     corpus = EncodedCorpus.open(corpora[0])
-    base = load_experiment(ROOT / "configs/tiny.yaml").variant("base").model
-    config = base.model_copy(update={"dropout": 0.1, "attention_dropout": attention_dropout,
-                                     "attention_radius": radius})
     torch.manual_seed(0)
     model = TeacherForcedStates(build_model(config, corpus.vocab_size)).double().train()
     pairs = np.arange(5, 42)
