@@ -307,18 +307,21 @@ class Trainer:
                 continue
             logs = self.step % t.log_every_steps == 0 or self.step == t.steps
             evaluates = self.step % t.eval_every_steps == 0 or self.step == t.steps
+            if logs or evaluates:
+                outcome = self._account(step, window, progress)
+                if logs:
+                    self._log_progress(outcome, window, progress)
+                    window = ThroughputWindow()
+                if evaluates:
+                    self._evaluate()
             stopping = stop_agreed(self.interruption, self.world, self.device)
             saves = self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
                                         or stopping)
-            if not (logs or evaluates or saves or stopping or self.step == last_step):
-                queued = step  # read after the next step is queued
-                continue
-            outcome = self._account(step, window, progress)
-            if logs:
-                self._log_progress(outcome, window, progress)
-                window = ThroughputWindow()
-            if evaluates:
-                self._evaluate()
+            if not (logs or evaluates):
+                if saves or stopping or self.step == last_step:
+                    self._account(step, window, progress)
+                else:
+                    queued = step  # read once the next step is queued
             if saves:
                 self.schedule.save(self.state(), self.step)
             if stopping:
