@@ -291,26 +291,26 @@ def test_fp32_beam_search_on_the_gpu_runs_the_memory_efficient_kernel():
 
 # -- host synchronisation -----------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("buckets", [False, True])
-def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpora, tmp_path,
-                                                                          buckets):
+def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpora, tmp_path):
     """A step queues its passes, backward passes and update without waiting for the GPU, and
     copies its totals (loss, padding, passes, a non-finite gradient) into pinned host memory
     behind them, which the trainer reads once the next step is queued. Under
-    ``set_sync_debug_mode("error")`` the first synchronising call would raise."""
-    trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets), TINY,
-                      *corpora, tmp_path)
-    for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
-        trainer._train_step().outcome()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        queued = trainer._train_step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert queued.readings.is_pinned()
-    outcome = queued.outcome()
-    assert outcome.gradient_finite and outcome.loss > 0
+    ``set_sync_debug_mode("error")`` the first synchronising call would raise. With
+    ``training.pass_buckets`` and without."""
+    for buckets in (False, True):
+        trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets),
+                          TINY, *corpora, tmp_path / str(buckets))
+        for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
+            trainer._train_step().outcome()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            queued = trainer._train_step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert queued.readings.is_pinned()
+        outcome = queued.outcome()
+        assert outcome.gradient_finite and outcome.loss > 0, buckets
 
 
 # -- data parallelism ---------------------------------------------------------------------------
