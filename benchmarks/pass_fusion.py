@@ -118,7 +118,7 @@ def count_passes(args) -> None:
             for ranks in (1, 2, 4, 8):
                 stream = MicroBatchStream(corpus, 25_000, 8, 256, seed=1)
                 counts = [max(len(device_passes(np.concatenate(group[rank::ranks]), corpus,
-                                                limit, 8)) for rank in range(ranks))
+                                                limit)) for rank in range(ranks))
                           for group in (stream.next_step() for _ in range(200))]
                 print(f"| {limit:,} | {ranks} | {np.mean(counts):.3g} | {max(counts)} |")
 

@@ -329,15 +329,22 @@ class TrainingConfig(Strict):
                     "rank computes its share in as few passes as max_tokens_per_device allows.")
     max_tokens_per_device: int = Field(
         default=4096, gt=0,
-        description="Largest padded size (tokens per side) of one forward/backward on one "
-                    "device: a rank fuses its micro-batches of a step into as few passes of up to "
-                    "this size as hold them; memory grows with it (docs/configuration.md, "
-                    "\"Sizing a pass\"). Not a trained setting: a resumed run may change it. "
-                    "At least max_source_tokens.")
+        description="Most real tokens (per side) of one forward/backward on one device: a rank "
+                    "fuses its micro-batches of a step into as few passes of up to this many "
+                    "tokens as hold them; memory grows with it and with the padding of its "
+                    "widest sentence (docs/configuration.md, \"Sizing a pass\"). Not a trained "
+                    "setting: a resumed run may change it. At least max_source_tokens.")
     pad_to_multiple: int = Field(
         default=8, gt=0,
         description="Tensor widths are padded to a multiple of this, bounding the shapes GPU "
                     "kernels meet.")
+    pass_buckets: bool = Field(default=False, description=(
+        "Give every forward/backward pass one of a few shapes: its sentence count and width "
+        "rounded up to a power of two, its token count to a multiple of max_tokens_per_device / "
+        "32, filled with dummy sentences and tokens that change neither the loss nor the "
+        "gradient (reproduce/training/batching.py, pass_shape). It is for GPUs that capture "
+        "each shape's pass once as a CUDA graph; without one it only adds computation, so it "
+        "is off until a GPU has measured it."))
     warmup_steps: int = Field(
         default=4000, gt=0,
         description="warmup_steps of eq. 3: the learning rate rises linearly for this many "

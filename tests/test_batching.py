@@ -65,25 +65,33 @@ def test_micro_batches_hold_the_budget_on_both_sides_without_systematic_overshoo
     assert np.all(full.min(axis=1) > 0.6 * budget)
 
 
-def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_fit(tmp_path):
+def test_device_passes_split_a_micro_batch_by_length_into_as_few_passes_as_hold_the_tokens(
+        tmp_path):
+    """A pass is bounded by its real tokens on each side (EOS and BOS included), not by its
+    padded size: a pass of many short sentences and one of few long ones take as many."""
     corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 500, seed=1))
     micro_batch = pack_micro_batches(corpus.source_lengths, corpus.target_lengths, 400, 256)[3]
 
-    def padded(indices):
-        return max(-(-(int(lengths[indices].max()) + 1) // 4) * 4
-                   for lengths in (corpus.source_lengths, corpus.target_lengths)) * len(indices)
+    def tokens(indices):
+        return max(int(lengths[indices].sum()) + len(indices)
+                   for lengths in (corpus.source_lengths, corpus.target_lengths))
 
-    for max_padded, expected in ((1, len(micro_batch)), (150, None), (10**6, 1)):
-        passes = device_passes(micro_batch, corpus, max_padded, multiple=4)
+    for max_tokens, expected in ((1, len(micro_batch)), (150, None), (10**6, 1)):
+        passes = device_passes(micro_batch, corpus, max_tokens)
         assert sorted(np.concatenate(passes).tolist()) == sorted(micro_batch.tolist())
-        assert all(padded(indices) <= max_padded for indices in passes if len(indices) > 1)
+        assert all(tokens(indices) <= max_tokens for indices in passes if len(indices) > 1)
         # Each pass is as large as fits.
         for current, following in zip(passes, passes[1:], strict=False):
-            assert padded(np.append(current, following[0])) > max_padded
+            assert tokens(np.append(current, following[0])) > max_tokens
         if expected is None:
             assert 1 < len(passes) < len(micro_batch)
         else:
             assert len(passes) == expected
+    # The padded size is not the bound: one pass holds what padded would take several.
+    padded = max(int(lengths[micro_batch].max()) + 1
+                 for lengths in (corpus.source_lengths, corpus.target_lengths)) * len(micro_batch)
+    assert padded > tokens(micro_batch)
+    assert len(device_passes(micro_batch, corpus, tokens(micro_batch))) == 1
 
 
 def test_similar_lengths_are_batched_together_so_padding_is_small(tmp_path):

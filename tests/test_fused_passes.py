@@ -69,7 +69,7 @@ def test_one_rank_makes_one_pass_and_trains_the_model_of_many_small_passes(one_p
     reference, summary = _trained(folder)
     assert summary["mean_passes_per_step"] == 1
     assert summary["mean_target_tokens_per_step"] > 3000
-    small = tiny_base(max_tokens_per_device=512)
+    small = tiny_base(max_tokens_per_device=256)
     Trainer(small, TINY, *corpora, tmp_path).run()
     model, many = _trained(tmp_path)
     assert many["mean_passes_per_step"] > 8  # more passes than the step's 8 micro-batches
@@ -146,7 +146,7 @@ def test_recompiles_stay_bounded_over_hundreds_of_steps_of_wmt_length_data(tmp_p
     with torch.no_grad():
         for step in range(1, 201):
             share = np.concatenate(stream.next_step())
-            for indices in device_passes(share, corpus, 2048, 8):
+            for indices in device_passes(share, corpus, 2048):
                 batch = collate(corpus, indices, multiple=8, step_key=step_key(1, step))
                 shapes.add((tuple(batch.source.shape), tuple(batch.target_input.shape)))
                 forward(batch.source, batch.target_input, batch.source_index, batch.target_index,

@@ -10,16 +10,24 @@ steps land on ``tokens_per_step`` on average instead of above it. Each epoch vis
 micro-batches in a new seeded order, and a step takes the next ``micro_batches_per_step`` of them.
 With ``W`` ranks (``W`` divides the count), rank ``r`` computes micro-batches ``r, r+W, ...``:
 the step does not depend on the number of GPUs, and no rank is ever without data. A rank fuses
-its share into as few forward passes as fit ``max_tokens_per_device`` padded tokens per side,
-its pairs sorted by length (:func:`device_passes`): each token's dropout noise is its own
+its share into as few forward passes as hold at most ``max_tokens_per_device`` real tokens per
+side, its pairs sorted by length (:func:`device_passes`): each token's dropout noise is its own
 (:mod:`reproduce.model.dropout`), so how a step is cut into passes changes nothing but float
-summation order. Tensor widths are rounded up to a multiple of ``pad_to_multiple``, which bounds
-the number of distinct shapes the GPU kernels see.
+summation order. Real tokens, not padded positions, bound a pass because the model's matrices
+compute on the tokens alone (:mod:`reproduce.model.token_layout`): padding costs attention only.
+Tensor widths are rounded up to a multiple of ``pad_to_multiple``.
+
+With ``training.pass_buckets`` a pass's shape is one of a few (:func:`pass_shape`): its sentence
+count and width round up to a power of two and its token count to a multiple of
+``max_tokens_per_device / TOKEN_QUANTA``, filled with dummy rows and dummy tokens that carry no
+loss and no gradient (:func:`collate`), so that a GPU can capture each shape's forward and
+backward once (CUDA graphs need static shapes).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,12 +51,16 @@ class Batch:
     # The tokens' dropout keys (training; reproduce.model.dropout), or None
     source_noise: torch.Tensor | None = None  # [M] int64
     target_noise: torch.Tensor | None = None  # [N] int64
+    # A bucketed pass's (pass_shape): 1.0 at the pairs' target tokens, 0.0 at dummy ones
+    target_weight: torch.Tensor | None = None  # [N] float32
+
+    def map(self, function: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+        """The batch of ``function`` of each of its tensors."""
+        return Batch(*(None if tensor is None else function(tensor)
+                       for tensor in vars(self).values()))
 
     def to(self, device: torch.device) -> "Batch":
-        return Batch(*(None if tensor is None else tensor.to(device, non_blocking=True)
-                       for tensor in (self.source, self.target_input, self.target_output,
-                                      self.source_index, self.target_index, self.source_noise,
-                                      self.target_noise)))
+        return self.map(lambda tensor: tensor.to(device, non_blocking=True))
 
     def target_tokens(self) -> torch.Tensor:
         """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
@@ -119,38 +131,77 @@ def pack_micro_batches(
     return batches
 
 
-def device_passes(
-    pairs: np.ndarray, corpus: EncodedCorpus, max_padded: int, multiple: int = 1
-) -> list[np.ndarray]:
+def device_passes(pairs: np.ndarray, corpus: EncodedCorpus, max_tokens: int) -> list[np.ndarray]:
     """The forward passes of a rank's pairs (its micro-batches of a step, together): the pairs
-    by length, a pass growing while its padded tensors fit ``max_padded`` tokens per side
-    (widths rounded up to ``multiple``); one pass where they all fit.
+    by length, a pass growing while it holds at most ``max_tokens`` real tokens (EOS and BOS
+    included) on each side; one pass where they all fit.
 
-    Sorting by length makes the passes' padding small; it costs little anyway: the model's
-    matrices compute on the tokens alone (:mod:`reproduce.model.token_layout`), and only
-    attention's products see the padded batch.
+    Sorting by length keeps the padding of a step cut into several passes small; it costs
+    little anyway: the model's matrices compute on the tokens alone
+    (:mod:`reproduce.model.token_layout`), and only attention's products see the padded batch.
     """
     source_sizes = corpus.source_lengths[pairs] + 1
     target_sizes = corpus.target_lengths[pairs] + 1
     order = np.lexsort((source_sizes, target_sizes))
-    passes, start, widest_source, widest_target = [], 0, 0, 0
+    passes, start, source_total, target_total = [], 0, 0, 0
     for position, pair in enumerate(order):
         s, t = int(source_sizes[pair]), int(target_sizes[pair])
-        rows = position - start + 1
-        widest = max(round_up(max(widest_source, s), multiple),
-                     round_up(max(widest_target, t), multiple))
-        if rows > 1 and widest * rows > max_padded:
+        if position > start and (source_total + s > max_tokens or target_total + t > max_tokens):
             passes.append(pairs[order[start:position]])
-            start, widest_source, widest_target = position, 0, 0
-        widest_source, widest_target = max(widest_source, s), max(widest_target, t)
+            start, source_total, target_total = position, 0, 0
+        source_total, target_total = source_total + s, target_total + t
     passes.append(pairs[order[start:]])
     return passes
 
 
+# A bucketed pass's token count is a multiple of max_tokens_per_device / TOKEN_QUANTA.
+TOKEN_QUANTA = 32
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """The sizes of a bucketed pass on each side: ``rows`` sentences (its pairs, then dummy
+    rows), ``width`` positions, ``tokens`` computed tokens (its pairs', then dummy tokens)."""
+
+    rows: int
+    width: int
+    tokens: int
+
+
+def pass_shape(source_sizes: np.ndarray, target_sizes: np.ndarray, max_tokens: int,
+               multiple: int) -> PassShape:
+    """The bucket of a pass whose pairs have these sizes (EOS and BOS included): sentences and
+    width (the wider side's, for both) rounded up to a power of two (the width to a multiple of
+    ``multiple`` too), tokens (the side with more, for both) to a multiple of
+    ``max_tokens / TOKEN_QUANTA``, with rows added where the padding cannot hold the dummy
+    tokens. Each size takes few values, so passes take few shapes; the tokens, which the
+    matrices compute, take the finest steps."""
+    pairs = len(source_sizes)
+    rows = _power_of_two(pairs)
+    width = round_up(_power_of_two(int(max(source_sizes.max(), target_sizes.max()))), multiple)
+    tokens = round_up(int(max(source_sizes.sum(), target_sizes.sum())),
+                      -(-max_tokens // TOKEN_QUANTA))
+    while tokens > rows * width - (rows - pairs):  # a dummy row's first position is not free
+        rows *= 2
+    return PassShape(rows, width, tokens)
+
+
+def _power_of_two(size: int) -> int:
+    return 1 << max(size - 1, 0).bit_length()
+
+
 def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False,
-            multiple: int = 1, step_key: int | None = None) -> Batch:
+            multiple: int = 1, step_key: int | None = None,
+            shape: PassShape | None = None) -> Batch:
     """Padded tensors of the pairs ``indices``; widths rounded up to a multiple of ``multiple``;
     with a ``step_key`` (:func:`reproduce.model.dropout.step_key`), the tokens' dropout keys.
+
+    With a ``shape`` (:func:`pass_shape`), the tensors have its sizes: after the pairs come
+    dummy rows, each an empty pair (EOS; BOS) whose one position is not a token, so that no
+    row of attention is without a key; dummy tokens fill the last free positions, as PAD, which
+    attention's masks hide from every real token (keys at PAD, and positions after a target
+    sentence's end, which the causal mask hides); ``target_weight`` is 0 at them, and the loss
+    weighs them by it: they change neither the loss nor any gradient.
 
     Built with whole-batch array operations, no loop over sentences: a step's thousand pairs are
     collated in a background thread while the device computes, and a Python loop there would hold
@@ -159,19 +210,55 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
     sources, source_lengths = corpus.concatenated("source", indices)
     targets, target_lengths = corpus.concatenated("target", indices)
     source_sizes, target_sizes = source_lengths + 1, target_lengths + 1  # + EOS; + BOS
-    source_width = round_up(int(source_sizes.max()), multiple)
-    target_width = round_up(int(target_sizes.max()), multiple)
+    if shape is None:
+        source_width = round_up(int(source_sizes.max()), multiple)
+        target_width = round_up(int(target_sizes.max()), multiple)
+    else:  # dummy rows: empty sentences
+        source_width = target_width = shape.width
+        empty = np.zeros(shape.rows - len(indices), dtype=source_lengths.dtype)
+        source_lengths = np.concatenate([source_lengths, empty])
+        target_lengths = np.concatenate([target_lengths, empty])
     tensors = [_padded(sources, source_lengths, source_width, after=EOS),
                _padded(targets, target_lengths, target_width, before=BOS),
-               _padded(targets, target_lengths, target_width, after=EOS),
-               _token_positions(source_sizes, source_width),
-               _token_positions(target_sizes, target_width)]
+               _padded(targets, target_lengths, target_width, after=EOS)]
+    positions = [_token_positions(source_sizes, source_width),
+                 _token_positions(target_sizes, target_width)]
+    keys = [None, None]
     if step_key is not None:
-        tensors += [torch.from_numpy(token_keys(step_key, indices, sizes, side))
-                    for side, sizes in enumerate((source_sizes, target_sizes))]
-    if pin_memory:  # lets .to(cuda, non_blocking=True) overlap the copy with compute
-        tensors = [tensor.pin_memory() for tensor in tensors]
-    return Batch(*tensors)
+        keys = [token_keys(step_key, indices, sizes, side)
+                for side, sizes in enumerate((source_sizes, target_sizes))]
+    weight = None
+    if shape is not None:
+        placed = [_with_dummy_tokens(side, shape, len(indices)) for side in positions]
+        positions = [side for side, _ in placed]
+        keys = [None if side is None else _placed(side, is_real)
+                for side, (_, is_real) in zip(keys, placed, strict=True)]
+        weight = torch.from_numpy(placed[1][1].astype(np.float32))
+    noise = [None if side is None else torch.from_numpy(side) for side in keys]
+    batch = Batch(*tensors, *(torch.from_numpy(side) for side in positions), *noise, weight)
+    # pinned, .to(cuda, non_blocking=True) overlaps the copy with compute
+    return batch.map(torch.Tensor.pin_memory) if pin_memory else batch
+
+
+def _with_dummy_tokens(real: np.ndarray, shape: PassShape,
+                       pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """A side's token positions in a bucketed pass, ascending: its pairs' (``real``) and as many
+    dummy tokens as make ``shape.tokens``, in the last positions that are neither theirs nor a
+    dummy row's first; and which of them are the pairs'."""
+    free = np.ones(shape.rows * shape.width, dtype=bool)
+    free[real] = False
+    free[np.arange(pairs, shape.rows) * shape.width] = False
+    candidates = np.flatnonzero(free)
+    positions = np.concatenate([real, candidates[len(candidates) - (shape.tokens - len(real)):]])
+    order = np.argsort(positions, kind="stable")
+    return positions[order], order < len(real)
+
+
+def _placed(values: np.ndarray, is_real: np.ndarray) -> np.ndarray:
+    """``values`` (one per real token) at the real tokens of a bucketed pass, 0 at dummy ones."""
+    placed = np.zeros(len(is_real), dtype=values.dtype)
+    placed[is_real] = values
+    return placed
 
 
 def _padded(tokens: np.ndarray, lengths: np.ndarray, width: int, before: int | None = None,
@@ -189,11 +276,11 @@ def _padded(tokens: np.ndarray, lengths: np.ndarray, width: int, before: int | N
     return torch.from_numpy(batch.reshape(len(lengths), width))
 
 
-def _token_positions(sizes: np.ndarray, width: int) -> torch.Tensor:
+def _token_positions(sizes: np.ndarray, width: int) -> np.ndarray:
     """Flat positions ``row * width + t`` of the first ``sizes[row]`` positions of each row."""
     starts = np.repeat(np.arange(len(sizes)) * width - np.concatenate([[0], np.cumsum(sizes)[:-1]]),
                        sizes)
-    return torch.from_numpy(starts + np.arange(int(sizes.sum())))
+    return starts + np.arange(int(sizes.sum()))
 
 
 def _too_little_data(corpus: EncodedCorpus, filled: int, budget: float, wanted: int,

@@ -123,8 +123,9 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
 class Update(NamedTuple):
     """What :meth:`OptimizerUpdate.apply` did: ``applied`` (False: an fp16 overflow, skipped),
-    the true gradient's L2 norm before clipping, and 1.0 where the optimizer skipped a
-    non-finite gradient (fp32, bf16), all but ``applied`` on the device."""
+    the true gradient's L2 norm before clipping, and 1.0 where the optimizer skipped the update
+    for a non-finite gradient, this step's or an earlier one's (fp32, bf16), all but ``applied``
+    on the device."""
 
     applied: bool
     norm: Tensor
@@ -150,6 +151,7 @@ class OptimizerUpdate:
         self.scaler = torch.amp.GradScaler(device_type, growth_interval=growth_interval,
                                            enabled=loss_scaling)
         self.loss_scale = self.scaler.get_scale()  # S on the host, refreshed after each update
+        self.diverged: Tensor | None = None  # 1.0 once a gradient was not finite (fp32, bf16)
 
     def backward(self, loss: Tensor) -> None:
         """Back-propagate ``loss`` (times S under fp16); gradients accumulate as usual."""
@@ -161,7 +163,10 @@ class OptimizerUpdate:
         Under loss scaling the scaler finds an overflow and skips the update (``applied`` False,
         read on the host). Otherwise the gradient's norm tells, and the optimizer skips a
         non-finite update on the device (``not_finite``, as GradScaler's ``found_inf`` makes
-        fused Adam do at scale 1): nothing here waits for the device.
+        fused Adam do at scale 1): nothing here waits for the device. It skips every later
+        update too: the host learns of a non-finite gradient a step late (the trainer reads a
+        step's totals once the next one is queued) and stops the run then, with the weights of
+        the last finite step.
         """
         self.scaler.unscale_(self.optimizer)  # clip and measure the gradient, not S times it
         grads = [p.grad for p in self.parameters if p.grad is not None]
@@ -172,6 +177,9 @@ class OptimizerUpdate:
         not_finite = torch.zeros((), dtype=torch.float32, device=norm.device)
         if not self.scaler.is_enabled():
             not_finite = (~torch.isfinite(norm)).float()
+            if self.diverged is not None:
+                not_finite = torch.maximum(not_finite, self.diverged)
+            self.diverged = not_finite
             if not self.optimizer.defaults.get("fused"):  # an unfused optimizer asks the host
                 if not_finite.item():
                     return Update(True, norm, not_finite)

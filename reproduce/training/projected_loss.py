@@ -53,17 +53,19 @@ def rows_per_chunk(vocab_size: int) -> int:
 
 
 def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
-                                  chunk_rows: int | None = None,
-                                  compiled: bool = False) -> tuple[Tensor, int]:
+                                  chunk_rows: int | None = None, compiled: bool = False,
+                                  token_weight: Tensor | None = None) -> tuple[Tensor, int]:
     """Summed label-smoothed loss of ``F.linear(states, weight)`` and the number of targets, as
     :func:`reproduce.training.loss.label_smoothed_loss` returns them for unpadded targets.
 
     states ``[N, d]``, weight ``[V, d]`` (the shared embedding), targets ``[N]``: target tokens
     only (a PAD target would be scored as a token). ``compiled``: each chunk's element-wise work
-    through ``torch.compile``.
+    through ``torch.compile``. ``token_weight`` ``[N]``: each row's loss times it (a bucketed
+    pass's dummy tokens: 0, so that neither the loss nor a gradient sees them); the count is
+    of the rows given.
     """
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
-    loss = _ChunkedProjectedLoss.apply(states, weight, targets, epsilon, rows,
+    loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, rows,
                                        _projection_dtype(states, weight), compiled)
     return loss, targets.numel()
 
@@ -79,8 +81,8 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
 
 class _ChunkedProjectedLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
-                chunk_rows: int, dtype: torch.dtype, compiled: bool) -> Tensor:
+    def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, token_weight: Tensor | None,
+                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool) -> Tensor:
         # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
         with torch.autocast(states.device.type, enabled=False):
             accumulate = torch.promote_types(dtype, torch.float32)
@@ -94,15 +96,18 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
                 log_normalisers[rows], expected = terms(
                     *_rows_dynamic(states[rows], targets[rows]), projection, smoothing,
                     accumulate)  # [c], [c]
-                total += (log_normalisers[rows] - expected).sum()
-        ctx.save_for_backward(states, weight, targets, log_normalisers)
+                losses = log_normalisers[rows] - expected
+                if token_weight is not None:
+                    losses = losses * token_weight[rows]
+                total += losses.sum()
+        ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
         ctx.epsilon, ctx.chunk_rows, ctx.dtype, ctx.compiled = epsilon, chunk_rows, dtype, compiled
         return total
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss: Tensor):
-        states, weight, targets, log_normalisers = ctx.saved_tensors
+        states, weight, targets, log_normalisers, token_weight = ctx.saved_tensors
         want_states, want_weight = ctx.needs_input_grad[:2]
         with torch.autocast(states.device.type, enabled=False):
             projection = weight.to(ctx.dtype)
@@ -114,15 +119,17 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
                                        dtype=torch.promote_types(weight.dtype, torch.float32),
                                        device=weight.device) if want_weight else None)  # [V, d]
             for rows in _chunks(states.size(0), ctx.chunk_rows):
+                row_scale = (scale if token_weight is None else _rows_dynamic(
+                    (scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0])
                 grad_logits = gradient_of(
                     *_rows_dynamic(states[rows], log_normalisers[rows], targets[rows]),
-                    projection, smoothing, scale)  # [c, V] in the products' dtype
+                    projection, smoothing, row_scale)  # [c, V] in the products' dtype
                 if want_states:
                     grad_states[rows] = (grad_logits @ projection).to(states.dtype)
                 if want_weight:
                     grad_weight += grad_logits.T @ states[rows].to(ctx.dtype)
         return (grad_states, None if grad_weight is None else grad_weight.to(weight.dtype),
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing: "_Smoothing",
@@ -137,7 +144,8 @@ def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing:
 def _logit_gradient(states: Tensor, log_normalisers: Tensor, targets: Tensor,
                     projection: Tensor, smoothing: "_Smoothing", scale: Tensor) -> Tensor:
     """``(softmax(z) - q) * scale`` of a chunk ``[c, V]`` (its logits recomputed from its states
-    ``[c, d]``), computed in the log-normalisers' dtype and returned in the projection's."""
+    ``[c, d]``; ``scale`` a scalar or ``[c, 1]``), computed in the log-normalisers' dtype and
+    returned in the projection's."""
     logits = _logits(states, projection).to(log_normalisers.dtype)
     gradient = smoothing.softmax_minus_target(logits, log_normalisers, targets)
     return gradient.mul_(scale).to(projection.dtype)

@@ -10,9 +10,11 @@ into as few forward/backward passes as ``max_tokens_per_device`` allows
 (:func:`reproduce.training.batching.device_passes`): dropout noise is a function of (seed, step,
 pair, side, position, site, feature) (:mod:`reproduce.model.dropout`), so neither the number of
 ranks nor the cut into passes changes the model, and a resumed run replays exactly the noise an
-uninterrupted run would have drawn. Within a step nothing waits for the device but the reading
-of its totals at the end (loss, padding, passes, a non-finite gradient): shapes come from the
-host's collate, never from the data on the device. Every step's exact FLOPs
+uninterrupted run would have drawn. Nothing in a step waits for the device: shapes come from
+the host's collate, never from the data on the device, and the step's totals (loss, padding,
+passes, a non-finite gradient) are read once the next step is queued (:class:`QueuedStep`), or
+at once where the step logs, evaluates, saves or ends the run. ``training.pass_buckets`` gives
+the passes few shapes (:func:`reproduce.training.batching.pass_shape`). Every step's exact FLOPs
 (:mod:`reproduce.model.flops`) are counted from its pairs' lengths, for throughput and MFU.
 ``training.compile: auto`` compiles the forward pass on GPUs and leaves CPUs eager.
 
@@ -29,10 +31,11 @@ uninterrupted run.
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
 checkpoints record with the loss scaler's state, so that a resumed fp16 run goes on exactly. An
-fp16 update that overflows is skipped and not counted as a step. In fp32 and bf16 an update whose
-gradient is not finite is never applied (the optimizer skips it on the device), and that step, or
-a step whose loss is not finite, stops the run (:class:`NonFiniteLossError`) before anything of
-it is saved.
+fp16 update that overflows is skipped and not counted as a step (the scaler tells the host at
+once: fp16 steps wait for the device). In fp32 and bf16 an update whose gradient is not finite is
+never applied (the optimizer skips it, and every later one, on the device), and that step, or a
+step whose loss is not finite, stops the run (:class:`NonFiniteLossError`) before anything of it
+is saved: a step that saves reads its own totals first.
 ``training.clip_norm`` clips the true (unscaled) gradient of a step. Every ``log_every_steps``
 steps the log says how far the run is, how fast and how long it has left
 (:mod:`reproduce.training.progress`). What the run writes besides checkpoints, and hands to
@@ -62,7 +65,8 @@ from reproduce.model.flops import model_flops
 from reproduce.provenance import (RESTART_HINT, ModelIdentity, Pieces, check_same_pieces,
                                   check_trained_with, trained_settings)
 from reproduce.training import distributed, rng_state
-from reproduce.training.batching import MicroBatchStream, StreamPosition, collate, device_passes
+from reproduce.training.batching import (MicroBatchStream, PassShape, StreamPosition, collate,
+                                         device_passes, pass_shape)
 from reproduce.training.checkpoints import CheckpointSchedule, check_room, latest_good_checkpoint
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.interruption import Interruption
@@ -198,15 +202,17 @@ class Trainer:
         target = self.train_corpus.target_lengths[indices] + 1
         return int(source.sum()), int(target.sum()), self.flops.training(source, target)
 
-    def _train_step(self) -> StepOutcome:
-        """One optimizer step on the stream's next micro-batches (skipped on an fp16 overflow:
-        then ``self.step`` stays, and the next attempt takes the next micro-batches)."""
+    def _train_step(self) -> "QueuedStep":
+        """One optimizer step on the stream's next micro-batches, queued on the device without
+        waiting for it (skipped on an fp16 overflow: then ``self.step`` stays, and the next
+        attempt takes the next micro-batches). Its totals come later: :meth:`QueuedStep.outcome`.
+        """
         group = self.stream.next_step()
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
         self.model.train()
         self.optimizer.zero_grad(set_to_none=False)
-        # loss, padded positions, passes: summed on the device, read once at the end of the step
+        # loss, padded positions, passes: summed on the device, read after the step
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
         for number, pending in enumerate(batches):
@@ -224,24 +230,30 @@ class Trainer:
         for group_settings in self.optimizer.param_groups:
             group_settings["lr"] = lr
         update = self.optimizer_update.apply()
+        if update.applied:  # a non-finite gradient's update is skipped on the device, and stops
+            self.step = attempted  # the run when its totals are read (run)
         readings = torch.cat([totals, update.not_finite.to(totals.dtype).view(1)])
-        loss_total, padded, passes, not_finite = readings.tolist()  # the step's one wait
-        applied = update.applied and not not_finite
-        if applied:
-            self.step = attempted
-        return StepOutcome(update.applied, loss_total / target_tokens, source_tokens,
-                           target_tokens, flops, int(padded), passes / self.world, update.norm,
-                           not not_finite)
+        return QueuedStep(attempted, update.applied, source_tokens, target_tokens, flops,
+                          self.world, readings, update.norm)
 
     def _collate_passes(self, group: list[np.ndarray], key: int) -> list:
         """This rank's micro-batches of the step, fused into passes and collated in the
-        background (while the device computes), with the tokens' dropout keys of step ``key``."""
+        background (while the device computes), with the tokens' dropout keys of step ``key``;
+        with ``training.pass_buckets``, each in its bucket's shape."""
         t = self.training
         share = np.concatenate(group[self.rank::self.world])
         pin = self.device.type == "cuda"
-        return [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple, key)
-                for indices in device_passes(share, self.train_corpus, t.max_tokens_per_device,
-                                             t.pad_to_multiple)]
+        passes = device_passes(share, self.train_corpus, t.max_tokens_per_device)
+        return [self.loader.submit(collate, self.train_corpus, indices, pin, t.pad_to_multiple,
+                                   key, self._bucket(indices)) for indices in passes]
+
+    def _bucket(self, indices: np.ndarray) -> PassShape | None:
+        """The shape of the pass of pairs ``indices`` under ``training.pass_buckets``, or None."""
+        if not self.training.pass_buckets:
+            return None
+        corpus = self.train_corpus
+        return pass_shape(corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1,
+                          self.training.max_tokens_per_device, self.training.pad_to_multiple)
 
     def _pass_loss(self, batch) -> torch.Tensor:
         """The summed label-smoothed loss of one pass's target tokens (section 5.4)."""
@@ -255,7 +267,8 @@ class Trainer:
             loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
                                                     batch.target_tokens(),
                                                     self.config.label_smoothing,
-                                                    compiled=self.compiled)
+                                                    compiled=self.compiled,
+                                                    token_weight=batch.target_weight)
             return loss
 
     def _evaluate(self) -> None:
@@ -278,28 +291,38 @@ class Trainer:
         progress = tqdm(total=t.steps, initial=self.step, unit="step", desc=self.variant.name,
                         disable=self.rank != 0 or not sys.stderr.isatty())
         window = ThroughputWindow()
+        queued = None  # the step before, its totals not read yet
         while self.step < last_step:
             started = time.monotonic()
-            outcome = self._train_step()
+            step = self._train_step()
+            if queued is not None:  # while this step's work is queued: the device stays busy
+                self._account(queued, window, progress)
+                queued = None
             self.totals.wall_seconds += time.monotonic() - started
-            if not outcome.applied:  # an fp16 overflow: not a step
+            if not step.applied:  # an fp16 overflow: not a step
                 self.totals.skipped_steps += 1
                 if self.rank == 0:
                     log.info("step %d: the fp16 gradient overflowed, update skipped; loss scale "
                              "now %g", self.step + 1, self.optimizer_update.loss_scale)
                 continue
-            check_finite(outcome, self.step, self.precision)
-            self.totals.add(outcome)
-            window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
-            progress.update(1)
-            if self.step % t.log_every_steps == 0 or self.step == t.steps:
-                self._log_progress(outcome, window, progress)
-                window = ThroughputWindow()
-            if self.step % t.eval_every_steps == 0 or self.step == t.steps:
-                self._evaluate()
+            logs = self.step % t.log_every_steps == 0 or self.step == t.steps
+            evaluates = self.step % t.eval_every_steps == 0 or self.step == t.steps
+            if logs or evaluates:
+                outcome = self._account(step, window, progress)
+                if logs:
+                    self._log_progress(outcome, window, progress)
+                    window = ThroughputWindow()
+                if evaluates:
+                    self._evaluate()
             stopping = stop_agreed(self.interruption, self.world, self.device)
-            if self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
-                                   or stopping):
+            saves = self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
+                                        or stopping)
+            if not (logs or evaluates):
+                if saves or stopping or self.step == last_step:
+                    self._account(step, window, progress)
+                else:
+                    queued = step  # read once the next step is queued
+            if saves:
                 self.schedule.save(self.state(), self.step)
             if stopping:
                 log.warning("stopped after step %d (%s); checkpoint saved", self.step,
@@ -309,6 +332,21 @@ class Trainer:
         if self.step < t.steps or self.rank != 0:
             return None
         return self._finish()
+
+    def _account(self, step: "QueuedStep", window: ThroughputWindow,
+                 progress: tqdm) -> StepOutcome:
+        """Read an applied step's totals and count them; stop a diverged run
+        (:func:`check_finite`) with ``self.step`` the last step whose update was applied: a
+        non-finite gradient's update and every later one were skipped on the device
+        (:class:`reproduce.training.precision.OptimizerUpdate`)."""
+        outcome = step.outcome()
+        if not outcome.gradient_finite:
+            self.step = step.attempted - 1
+        check_finite(outcome, step.attempted, self.precision)
+        self.totals.add(outcome)
+        window.add(outcome.source_tokens, outcome.target_tokens, outcome.flops)
+        progress.update(1)
+        return outcome
 
     def _log_progress(self, outcome: StepOutcome, window: ThroughputWindow, progress: tqdm) -> None:
         """Record the step's metrics; log a progress line where no progress bar shows."""
@@ -335,18 +373,44 @@ class Trainer:
                                    self.world)
 
 
-def check_finite(outcome: StepOutcome, step: int, precision: str) -> None:
-    """Stop a diverged run: its last step's loss or gradient is inf or nan (a non-finite
-    gradient's update was not applied: ``step`` is still the step before)."""
+def check_finite(outcome: StepOutcome, attempted: int, precision: str) -> None:
+    """Stop a diverged run: step ``attempted``'s loss or gradient is inf or nan."""
     if outcome.gradient_finite and math.isfinite(outcome.loss):
         return
-    attempted = step if outcome.gradient_finite else step + 1
     what = (f"the training loss is {outcome.loss}" if not math.isfinite(outcome.loss)
             else f"the gradient is not finite (norm {outcome.grad_norm.item()})")
     raise NonFiniteLossError(
         f"step {attempted}: {what} ({precision}): training diverged, and this step was not "
         f"saved; lower training.lr_scale or raise training.warmup_steps, then start over with "
         f"--restart")
+
+
+class QueuedStep:
+    """An optimizer step whose work is queued on the device: what the host knows of it, and its
+    totals (summed loss, padded positions, passes, a non-finite gradient) on their way.
+
+    On a GPU the totals are copied into pinned host memory behind the step's kernels, and an
+    event marks the copy's end: reading them waits for that step alone, not for the next one,
+    whose kernels the trainer queues first. On a CPU they are ready when the step returns."""
+
+    def __init__(self, attempted: int, applied: bool, source_tokens: int, target_tokens: int,
+                 flops: int, world: int, readings: torch.Tensor, grad_norm: torch.Tensor):
+        self.attempted, self.applied, self.world = attempted, applied, world
+        self.source_tokens, self.target_tokens, self.flops = source_tokens, target_tokens, flops
+        self.grad_norm, self.readings, self.ready = grad_norm, readings, None
+        if readings.device.type == "cuda":
+            self.readings = torch.empty(readings.shape, dtype=readings.dtype, pin_memory=True)
+            self.readings.copy_(readings, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+
+    def outcome(self) -> StepOutcome:
+        if self.ready is not None:
+            self.ready.synchronize()
+        loss_total, padded, passes, not_finite = self.readings.tolist()
+        return StepOutcome(self.applied, loss_total / self.target_tokens, self.source_tokens,
+                           self.target_tokens, self.flops, int(padded), passes / self.world,
+                           self.grad_norm, not not_finite)
 
 
 def stop_agreed(interruption: Interruption, world: int, device: torch.device) -> bool:

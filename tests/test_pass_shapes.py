@@ -1,0 +1,247 @@
+"""Passes of few shapes (``training.pass_buckets``): dummy sentences and tokens change neither the
+loss nor any gradient, and the shapes stay few and bounded; and a training step that neither
+logs nor checkpoints does not wait for the host."""
+
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from reproduce.config import ModelConfig
+from reproduce.data.encoded import EncodedCorpus
+from reproduce.experiment_file import load_experiment
+from reproduce.model.architectures import build_model
+from reproduce.model.dropout import step_key
+from reproduce.special_tokens import PAD
+from reproduce.training.checkpoints import list_checkpoints, load_checkpoint
+from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate, device_passes,
+                                         pass_shape)
+from reproduce.training.projected_loss import projected_label_smoothed_loss
+from reproduce.training.teacher_forcing import TeacherForcedStates
+from reproduce.training.trainer import NonFiniteLossError, Trainer
+from tests.test_batching import wmt_like_lengths
+from tests.test_training import _key_bias_masks
+from tests.training_fixtures import ROOT, TINY, random_corpus, small_variant, write_encoded
+from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # what step_shapes.py imports beside it, as a script
+_spec = importlib.util.spec_from_file_location("step_shapes", ROOT / "benchmarks/step_shapes.py")
+step_shapes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(step_shapes)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpora")
+    return random_corpus(folder / "train", 400, seed=1), random_corpus(folder / "dev", 40, seed=2)
+
+
+def _loss_and_gradients(model: TeacherForcedStates, batch, label_smoothing: float):
+    model.zero_grad()
+    states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
+                   batch.source_noise, batch.target_noise)
+    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight,
+                                            batch.target_tokens(), label_smoothing,
+                                            chunk_rows=50, token_weight=batch.target_weight)
+    loss.backward()
+    return loss.detach(), {name: parameter.grad.clone()
+                           for name, parameter in model.named_parameters()}
+
+
+TINY_BASE = load_experiment(ROOT / "configs/tiny.yaml").variant("base").model
+
+
+@pytest.mark.parametrize("config", [
+    TINY_BASE.model_copy(update={"dropout": 0.1}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_dropout": 0.1}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_radius": 3}),
+    TINY_BASE.model_copy(update={"dropout": 0.1, "attention_dropout": 0.1, "attention_radius": 3}),
+    ModelConfig(architecture="rnn", layers=2, d_model=16, dropout=0.1),
+], ids=["transformer", "attention-dropout", "restricted", "restricted-attention-dropout", "rnn"])
+def test_dummy_sentences_and_tokens_change_neither_the_loss_nor_any_gradient(corpora, config):
+    """float64, dropout on: a bucketed pass (dummy rows after 37 pairs, dummy tokens in the
+    padding) and the same pairs unbucketed give the same loss and gradients to rounding; with
+    restricted self-attention too, where padding attends padding, and the recurrent baseline,
+    whose encoder reads every position up to a sentence's length."""
+    corpus = EncodedCorpus.open(corpora[0])
+    torch.manual_seed(0)
+    model = TeacherForcedStates(build_model(config, corpus.vocab_size)).double().train()
+    pairs = np.arange(5, 42)
+    key = step_key(1, 3)
+    plain = collate(corpus, pairs, multiple=8, step_key=key)
+    shape = pass_shape(corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1,
+                       max_tokens=512 * TOKEN_QUANTA, multiple=8)
+    bucketed = collate(corpus, pairs, multiple=8, step_key=key, shape=shape)
+    assert bucketed.source.shape == bucketed.target_input.shape == (64, shape.width)
+    for side in (bucketed.source_index, bucketed.target_index):
+        assert side.numel() == shape.tokens
+    assert shape.tokens - plain.target_index.numel() > 100  # real dummy work
+    loss, gradients = _loss_and_gradients(model, plain, config.label_smoothing)
+    bucketed_loss, bucketed_gradients = _loss_and_gradients(model, bucketed,
+                                                            config.label_smoothing)
+    assert torch.allclose(bucketed_loss, loss, rtol=1e-12, atol=0)
+    for name, gradient in gradients.items():
+        assert torch.allclose(bucketed_gradients[name], gradient, rtol=1e-9, atol=1e-14), name
+    assert gradients["model.embedding.weight"].abs().sum() > 0
+
+
+def test_without_the_weights_dummy_tokens_would_count():
+    """What the test above relies on: the loss weighs the dummy tokens by 0; unweighted they
+    are scored as tokens (so its equality is not there by construction)."""
+    torch.manual_seed(0)
+    states, weight = torch.randn(6, 4, dtype=torch.float64), torch.randn(9, 4, dtype=torch.float64)
+    targets = torch.tensor([5, 6, 7, 8, PAD, PAD])
+    token_weight = torch.tensor([1.0, 1, 1, 1, 0, 0])
+    real, _ = projected_label_smoothed_loss(states[:4], weight, targets[:4], 0.1)
+    weighted, _ = projected_label_smoothed_loss(states, weight, targets, 0.1,
+                                                token_weight=token_weight)
+    unweighted, _ = projected_label_smoothed_loss(states, weight, targets, 0.1)
+    assert torch.allclose(weighted, real, rtol=1e-14) and not torch.allclose(unweighted, real)
+
+
+def test_collated_buckets_keep_every_pair_as_it_was_and_put_dummies_where_no_token_looks(
+        corpora):
+    corpus = EncodedCorpus.open(corpora[0])
+    pairs = np.arange(100, 123)
+    plain = collate(corpus, pairs, multiple=8, step_key=step_key(1, 1))
+    shape = pass_shape(corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1, 4096, 8)
+    bucketed = collate(corpus, pairs, multiple=8, step_key=step_key(1, 1), shape=shape)
+    real = bucketed.target_weight.bool()
+    assert int(real.sum()) == plain.target_index.numel()
+    for side, (tensor, index, noise) in enumerate([
+            ("source", "source_index", "source_noise"),
+            ("target_input", "target_index", "target_noise")]):
+        plain_tensor, tensor = getattr(plain, tensor), getattr(bucketed, tensor)
+        assert torch.equal(tensor[:len(pairs), :plain_tensor.size(1)], plain_tensor)
+        positions = getattr(bucketed, index)
+        assert torch.equal(positions, positions.unique())  # ascending, each once
+        mask = real if side == 1 else _real_source(bucketed, plain)
+        # the pairs' tokens: the same ids and dropout keys as unbucketed
+        assert torch.equal(tensor.reshape(-1)[positions[mask]],
+                           plain_tensor.reshape(-1)[getattr(plain, index)])
+        assert torch.equal(getattr(bucketed, noise)[mask], getattr(plain, noise))
+        # dummy tokens are PAD (hidden as keys; targets: after their row's end)
+        assert (tensor.reshape(-1)[positions[~mask]] == PAD).all()
+    # dummy rows are empty pairs: one position, not a token, that attention may look at
+    assert (bucketed.source[len(pairs):, 0] != PAD).all()
+    assert not np.isin(np.arange(len(pairs), shape.rows) * shape.width,
+                       bucketed.source_index.numpy()).any()
+
+
+def _real_source(bucketed, plain):
+    """Which of a bucketed batch's source tokens are the pairs': their positions, re-based
+    from the unbucketed width."""
+    width, plain_width = bucketed.source.size(1), plain.source.size(1)
+    rows, columns = plain.source_index // plain_width, plain.source_index % plain_width
+    return torch.from_numpy(np.isin(bucketed.source_index.numpy(),
+                                    (rows * width + columns).numpy()))
+
+
+def test_pass_shapes_are_few_bounded_and_hold_their_passes(tmp_path):
+    """A WMT-like length distribution in 25k-token steps on one rank, as one pass a step: every
+    pass fits its shape, each size within a factor of its pass's (tokens within a quantum),
+    and the shapes are few."""
+    source, target = wmt_like_lengths(40_000, seed=2)
+    rng = np.random.default_rng(0)
+    write_encoded(tmp_path / "wmt", 64, [(rng.integers(4, 64, s).tolist(),
+                                          rng.integers(4, 64, t).tolist())
+                                         for s, t in zip(source, target, strict=True)])
+    corpus = EncodedCorpus.open(tmp_path / "wmt")
+    stream = MicroBatchStream(corpus, 25_000, 8, 256, seed=1)
+    max_tokens, quantum = 32_768, 32_768 // TOKEN_QUANTA
+    shapes, real, computed = set(), 0, 0
+    for _ in range(150):
+        (pairs,) = device_passes(np.concatenate(stream.next_step()), corpus, max_tokens)
+        sizes = [corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1]
+        shape = pass_shape(*sizes, max_tokens, 8)
+        widest = max(int(side.max()) for side in sizes)
+        tokens = max(int(side.sum()) for side in sizes)
+        assert len(pairs) <= shape.rows < 2 * len(pairs)
+        assert widest <= shape.width < 2 * widest and shape.width % 8 == 0
+        assert tokens <= shape.tokens < tokens + quantum and shape.tokens % quantum == 0
+        assert shape.tokens <= max_tokens
+        shapes.add(shape)
+        real += sum(int(side.sum()) for side in sizes)
+        computed += 2 * shape.tokens
+    assert len(shapes) <= 16, sorted(shapes, key=lambda shape: shape.tokens)
+    assert 1 - real / computed < 0.06
+
+
+def test_a_step_that_neither_logs_nor_saves_does_not_synchronise_with_the_host(corpora, tmp_path):
+    """The benchmark's counter (.item(), .tolist(), bool(), float(), int(), .numpy(), .cpu(),
+    nonzero on tensors, and the ATen operations under them) finds nothing in such a step, with
+    buckets or without; its totals are read from host memory once the next step is queued."""
+    for buckets in (False, True):
+        variant = small_variant(steps=20, log_every_steps=10, eval_every_steps=10,
+                                pass_buckets=buckets)
+        trainer = Trainer(variant, TINY, *corpora, tmp_path / str(buckets))
+        for _ in range(2):  # warm-up: Adam's state, the first shapes
+            trainer._train_step().outcome()
+        with step_shapes.HostSyncCounter() as counter:
+            queued = trainer._train_step()
+        assert trainer.step == 3 and counter.total() == 0, (counter.methods, counter.operations)
+        assert queued.readings.device.type == "cpu"
+        assert np.isfinite(queued.outcome().loss)
+
+
+def test_the_counter_counts_what_synchronises():
+    """The counter of the test above is not blind: each syncing call and operation counts."""
+    tensor = torch.arange(4.0)
+    with step_shapes.HostSyncCounter() as counter:
+        tensor.sum().item()
+        tensor.tolist()
+        bool(tensor[0])
+        float(tensor[1])
+        tensor.nonzero()
+    assert counter.methods == {"item": 1, "tolist": 1, "__bool__": 1, "__float__": 1,
+                               "nonzero": 1}
+    assert counter.operations["aten::_local_scalar_dense"] >= 3
+    assert counter.operations["aten::nonzero"] == 1
+
+
+def test_training_in_buckets_trains_the_model_of_training_without(corpora, tmp_path):
+    """Six steps with dropout, bucketed and not: the same model, to float summation order (as
+    any other cut of a step into passes, tests/test_fused_passes.py)."""
+    models = {}
+    for buckets in (False, True):
+        folder = tmp_path / str(buckets)
+        Trainer(small_variant(steps=6, dropout=0.1, pass_buckets=buckets), TINY, *corpora,
+                folder).run()
+        models[buckets] = load_checkpoint(folder / "train/final.pt")["model"]
+    config = small_variant(steps=6).model
+    key_bias = _key_bias_masks(config, models[False])
+    for name, tensor in models[False].items():
+        mask = key_bias.get(name, torch.zeros_like(tensor, dtype=torch.bool))
+        assert torch.allclose(tensor[~mask], models[True][name][~mask], atol=1e-5), name
+
+
+def test_a_non_finite_step_read_a_step_late_leaves_the_weights_of_the_step_before(corpora,
+                                                                                 tmp_path):
+    """The totals of step 4 (one non-finite gradient, then finite ones; it neither logs nor
+    saves) are read once step 5 is queued: step 5 must not be applied either, so the run stops
+    with step 3's weights and Adam's moments, nothing saved of steps 4 or 5."""
+    trainer = Trainer(small_variant(steps=9, log_every_steps=9, eval_every_steps=9), TINY,
+                      *corpora, tmp_path)
+    trainer.run(stop_after_steps=3)
+    before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    moments = [state["exp_avg"].clone() for state in trainer.optimizer.state.values()]
+    poisoned = []
+
+    def once(grad):
+        if poisoned:
+            return grad
+        poisoned.append(True)
+        return torch.full_like(grad, float("inf"))
+
+    trainer.model.embedding.weight.register_hook(once)
+    with pytest.raises(NonFiniteLossError, match=r"^step 4: the gradient is not finite"):
+        trainer.run()
+    assert trainer.step == 3 and len(trainer.optimizer.state) == len(moments)
+    for name, tensor in trainer.model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    for state, moment in zip(trainer.optimizer.state.values(), moments, strict=True):
+        assert torch.equal(state["exp_avg"], moment) and int(state["step"]) == 3
+    assert [path.name for path in list_checkpoints(tmp_path / "checkpoints")] == [
+        "step_00000003.pt"]
