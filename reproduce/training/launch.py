@@ -17,8 +17,11 @@ the job that started the trainer, after which the process exits with 128 + the s
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
 the request's ``max_requeues`` times after a time limit), and with the local executor the death
 of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
-The MLflow run is then marked KILLED. A rank that dies ends the others' next collective, at once
-where its connections close, else after :func:`reproduce.training.distributed.collective_timeout`
+With every launcher, so does the stop request of the Snakemake that started the training
+(:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
+requeued, fails the launcher (:class:`TrainingStopped`). The MLflow run is then marked KILLED.
+A rank that dies ends the others' next collective, at once where its connections close, else
+after :func:`reproduce.training.distributed.collective_timeout`
 (:class:`reproduce.training.distributed.PeerLostError`).
 
 A job that refuses to train (an expected error: settings that changed, a model too large, a loss
@@ -48,7 +51,7 @@ from reproduce.files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,
-                                             process_to_stop_with)
+                                             process_to_stop_with, stop_request_path)
 from reproduce.training.preflight import check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
@@ -72,6 +75,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     threads: int = 1
     stop_after_steps: int | None = None
     stop_with: WatchedProcess | None = None  # the job's owner on this host, which it dies with
+    stop_request: Path | None = None  # the file whose creation asks it to stop
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -96,11 +100,13 @@ class TrainingTask(submitit.helpers.Checkpointable):
     def _interruption(self):
         """Inline: SIGTERM, SIGINT, SIGHUP (:data:`STOP_SIGNALS`) and the parents' death stop
         the run; under submitit, its pre-timeout signal (SIGTERM is submitit's to ignore: Slurm
-        sends it on requeue). Either way, so does the end of the job's owner, where known."""
+        sends it on requeue). Either way, so do the end of the job's owner and its stop request,
+        where known."""
         if _inside_submitit():
             return Interruption().watching((_pre_timeout_signal(),), parents=False,
-                                           owner=self.stop_with)
-        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with)
+                                           owner=self.stop_with, request=self.stop_request)
+        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with,
+                                       request=self.stop_request)
 
     def _train(self, interruption: Interruption) -> dict | None:
         run = None
@@ -147,6 +153,11 @@ def _exit_interrupted(interruption: Interruption, step: int) -> None:
         interruption.pass_on()
         return
     raise SystemExit(128 + (interruption.signal or signal.SIGTERM))
+
+
+class TrainingStopped(ReproduceError):
+    """A submitted training job stopped before its last step and was not requeued: asked to by
+    the Snakemake that started it, or that Snakemake is gone. Its checkpoint resumes it."""
 
 
 class TrainingJobRefused(ReproduceError):
@@ -257,7 +268,8 @@ def launch_training(
             set_aside(output_dir)
     task = TrainingTask(experiment, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        stop_with=None if launcher == "slurm" else process_to_stop_with())
+                        stop_with=None if launcher == "slurm" else process_to_stop_with(),
+                        stop_request=stop_request_path())
     if launcher == "inline":
         return task()
     distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
@@ -281,4 +293,8 @@ def launch_training(
             f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
             f"{error}"
         ) from error
+    if results[0] is None:
+        raise TrainingStopped(
+            f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
+            f"(log: {job.paths.stderr})")
     return results[0]
