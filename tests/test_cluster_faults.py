@@ -33,6 +33,7 @@ from reproduce.training.launch import TrainingJobRefused, launch_training
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
 from tests.project_copy import copy_workflow
+from tests.slurm_cluster import require_local_slurm
 from tests.test_faults import _alive, _holder_pid, _wait_for
 from tests.test_training import _key_bias_masks
 from tests.training_fixtures import TINY, ROOT, corpus_pair, random_corpus, small_variant
@@ -254,6 +255,56 @@ def test_snakemake_told_to_stop_stops_its_training_and_a_plain_rerun_resumes(
         pass
 
     _resume_on_the_grid(workdir, int(stopped.group(1)))
+    rerun = _train_with_snakemake(workdir)
+    _, stderr = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, stderr[-3000:]
+    _assert_resumed_model(workdir, tmp_path / "straight", folder)
+
+
+# -- the Slurm job cancelled -------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_cancelled_slurm_job_saves_a_checkpoint_and_a_rerun_resumes(tmp_path):
+    """scancel of a training submitted with the slurm launcher: Slurm sends SIGTERM, then SIGKILL
+    KillWait seconds later (10 s on the local Slurm); rank 0 stops at the step it is in with a
+    checkpoint first, frees the lock and marks the MLflow run KILLED; a rerun resumes from that
+    checkpoint and ends with the model of an uninterrupted run."""
+    require_local_slurm()
+    workdir = _workflow(tmp_path / "workflow", "slurm", 1)
+    folder = workdir / "results/tiny/base/seed-1"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "reproduce", "train", "--experiment", "configs/tiny.yaml",
+         "--variant", "base", "--seed", "1", "--train-data", "results/tiny/encoded/train",
+         "--dev-data", "results/tiny/encoded/dev", "--out-dir", str(folder), "--results",
+         "results", "--launcher", "slurm", "--slurm", "slurm_partition=debug",
+         "--slurm", "cpus_per_task=1", "--slurm", "runtime=10"],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        _wait_for(lambda: _checkpointed(folder), "a first checkpoint")
+        rank0 = _holder_pid(folder)
+        [submitted] = (folder / "submitit").glob("*_submitted.pkl")
+        subprocess.run(["scancel", submitted.name.split("_")[0]], check=True)
+        cancelled = time.monotonic()
+        _wait_for(lambda: not _alive(rank0), "rank 0 to end", timeout=ENDS_WITHIN)
+        print(f"rank 0 ended {time.monotonic() - cancelled:.1f} s after scancel")
+    finally:
+        # Without accounting (sacct), submitit cannot see the local job cancelled and waits on.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    rank0_log = _rank0_log(workdir, folder, "slurm")
+    stopped = re.search(r"training stopped at step (\d+) \(received SIGTERM\); its checkpoint "
+                        r"resumes it", rank0_log)
+    assert stopped, rank0_log[-3000:]
+    assert _checkpoints_verify(folder) == int(stopped.group(1))
+    assert _run_status(folder, workdir / "results") == "KILLED"
+    with VariantLock(folder):
+        pass
+
+    _resume_on_the_grid(workdir, int(stopped.group(1)))
+    pipeline = workdir / "pipeline.yaml"  # resumed here: the checkpoint is the same either way
+    pipeline.write_text(pipeline.read_text().replace("launcher: slurm", "launcher: inline"))
     rerun = _train_with_snakemake(workdir)
     _, stderr = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, stderr[-3000:]

@@ -15,7 +15,8 @@ stop request ends the run after the current step with a checkpoint
 (:mod:`reproduce.training.interruption`): inline, SIGTERM, SIGINT and SIGHUP, and the death of
 the job that started the trainer, after which the process exits with 128 + the signal; under
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
-the request's ``max_requeues`` times after a time limit), and with the local executor the death
+the request's ``max_requeues`` times after a time limit), and SIGTERM (Slurm ending the job:
+``scancel``, preemption), after which it exits as inline, and with the local executor the death
 of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
 With every launcher, so does the stop request of the Snakemake that started the training
 (:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
@@ -99,12 +100,13 @@ class TrainingTask(submitit.helpers.Checkpointable):
 
     def _interruption(self):
         """Inline: SIGTERM, SIGINT, SIGHUP (:data:`STOP_SIGNALS`) and the parents' death stop
-        the run; under submitit, its pre-timeout signal (SIGTERM is submitit's to ignore: Slurm
-        sends it on requeue). Either way, so do the end of the job's owner and its stop request,
-        where known."""
+        the run; under submitit, its pre-timeout signal and SIGTERM, which Slurm sends a job it
+        ends (``scancel``, preemption, a requeue) KillWait seconds before SIGKILL. Either way, so
+        do the end of the job's owner and its stop request, where known."""
         if _inside_submitit():
-            return Interruption().watching((_pre_timeout_signal(),), parents=False,
-                                           owner=self.stop_with, request=self.stop_request)
+            return Interruption().watching((_pre_timeout_signal(), signal.SIGTERM),
+                                           parents=False, owner=self.stop_with,
+                                           request=self.stop_request)
         return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with,
                                        request=self.stop_request)
 
@@ -146,10 +148,12 @@ def _pre_timeout_signal() -> int:
 
 def _exit_interrupted(interruption: Interruption, step: int) -> None:
     """After the stop checkpoint: under submitit, hand the pre-timeout signal to submitit's
-    handler (requeue; a no-op on ranks > 0); inline, exit with 128 + the signal."""
+    handler (requeue; a no-op on ranks > 0), or return None for a stop request; inline, and
+    under submitit on SIGTERM, exit with 128 + the signal. The job's end is then Slurm's to tell
+    (no result is written): cancelled, it fails the launcher; requeued, it is waited for."""
     log.warning("training stopped at step %d (%s); its checkpoint resumes it", step,
                 interruption.reason)
-    if _inside_submitit():
+    if _inside_submitit() and interruption.signal != signal.SIGTERM:
         interruption.pass_on()
         return
     raise SystemExit(128 + (interruption.signal or signal.SIGTERM))
