@@ -32,6 +32,8 @@ include: "workflow/rules/figures.smk"
 
 
 onstart:
+    # Before anything runs: SIGTERM and SIGINT to Snakemake stop its trainings too (train.smk).
+    relay_stop_signals(STOP_REQUESTS)
     # Snakemake's own interpreter (it imports reproduce to validate the experiments), also
     # under --sdm conda, whose environments exist only for the jobs.
     shell(

@@ -1,6 +1,6 @@
-"""Faults of the processes around a training: the Snakemake that started it killed with -9, one of
-its gloo ranks killed or hung. Each ends in bounded time, with its last checkpoint intact, and a
-rerun ends with the model of an uninterrupted run.
+"""Faults of the processes around a training: the Snakemake that started it killed with -9 or told
+to stop (SIGTERM, SIGINT), one of its gloo ranks killed or hung. Each ends in bounded time, with
+its last checkpoint intact, and a rerun ends with the model of an uninterrupted run.
 
 Real processes: a real Snakemake running the real train rule (its ``script:`` wrapper, inline or
 submitit's local executor), real gloo ranks started by submitit's local executor as Slurm would.
@@ -27,11 +27,13 @@ from reproduce.errors import ConfigError
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
                                             sidecar_path)
 from reproduce.training.distributed import TIMEOUT_VARIABLE, collective_timeout
-from reproduce.training.interruption import STOP_WITH, WatchedProcess, process_to_stop_with
+from reproduce.training.interruption import (STOP_WITH, Interruption, WatchedProcess,
+                                             process_to_stop_with)
 from reproduce.training.launch import TrainingJobRefused, launch_training
 from reproduce.training.trainer import Trainer
 from reproduce.training.variant_lock import VariantLock
 from tests.project_copy import copy_workflow
+from tests.slurm_cluster import require_local_slurm
 from tests.test_faults import _alive, _holder_pid, _wait_for
 from tests.test_training import _key_bias_masks
 from tests.training_fixtures import TINY, ROOT, corpus_pair, random_corpus, small_variant
@@ -125,10 +127,10 @@ def _workflow(folder: Path, launcher: str, tasks: int) -> Path:
     return workdir
 
 
-def _train_with_snakemake(workdir: Path) -> subprocess.Popen:
+def _train_with_snakemake(workdir: Path, *flags: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [SNAKEMAKE, "--cores", "2", "--configfile=pipeline.yaml", "--allowed-rules", "train",
-         "--rerun-incomplete", "results/tiny/base/seed-1/train/final.pt"],
+        [SNAKEMAKE, "results/tiny/base/seed-1/train/final.pt", "--cores", "2",
+         "--configfile=pipeline.yaml", "--allowed-rules", "train", *flags],
         cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
 
@@ -142,7 +144,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
     the model of an uninterrupted run."""
     workdir = _workflow(tmp_path / "workflow", launcher, tasks)
     folder = workdir / "results/tiny/base/seed-1"
-    snakemake = _train_with_snakemake(workdir)
+    snakemake = _train_with_snakemake(workdir, "--rerun-incomplete")
     below: list[int] = []
     try:
         _wait_for(lambda: _checkpointed(folder), "a first checkpoint")
@@ -159,9 +161,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         snakemake.wait()
-    logs = ([workdir / "results/logs/tiny/train_base_seed1.log"] if launcher == "inline"
-            else (folder / "submitit").glob("*_0_log.err"))
-    rank0_log = "".join(path.read_text() for path in logs)
+    rank0_log = _rank0_log(workdir, folder, launcher)
     stopped = re.search(rf"training stopped at step (\d+) \(process {snakemake.pid}, which "
                         rf"started this training, exited\); its checkpoint resumes it", rank0_log)
     assert stopped, rank0_log[-3000:]
@@ -170,19 +170,145 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
     with VariantLock(folder):  # freed: the rerun's trainer may start at once
         pass
 
-    steps = int(stopped.group(1)) // 3 * 3 + 6  # on the save grid, which the workflow requires
+    _resume_on_the_grid(workdir, int(stopped.group(1)))
+    subprocess.run([SNAKEMAKE, "--unlock", "--configfile=pipeline.yaml"], cwd=workdir,
+                   check=True, capture_output=True)
+    rerun = _train_with_snakemake(workdir, "--rerun-incomplete")
+    _, stderr = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, stderr[-3000:]
+    _assert_resumed_model(workdir, tmp_path / "straight", folder)
+
+
+def _assert_resumed_model(workdir: Path, straight: Path, folder: Path) -> None:
+    """The rerun's model is that of an uninterrupted run of the (edited) experiment."""
+    variant = load_experiment(workdir / "configs/tiny.yaml").variant("base")
+    train, dev = workdir / "results/tiny/encoded/train", workdir / "results/tiny/encoded/dev"
+    Trainer(variant, TINY, train, dev, straight).run()
+    _assert_same_model(variant, straight, folder)
+
+
+def _resume_on_the_grid(workdir: Path, stopped_at: int) -> None:
+    """Cut the experiment's steps to two save points past the stop: the rerun ends soon."""
+    steps = stopped_at // 3 * 3 + 6  # on the save grid, which the workflow requires
     edited = (workdir / "configs/tiny.yaml").read_text().replace(f"steps: {STEPS}",
                                                                  f"steps: {steps}")
     (workdir / "configs/tiny.yaml").write_text(edited)
-    subprocess.run([SNAKEMAKE, "--unlock", "--configfile=pipeline.yaml"], cwd=workdir,
-                   check=True, capture_output=True)
+
+
+def _rank0_log(workdir: Path, folder: Path, launcher: str) -> str:
+    logs = ([workdir / "results/logs/tiny/train_base_seed1.log"] if launcher == "inline"
+            else (folder / "submitit").glob("*_0_log.err"))
+    return "".join(path.read_text() for path in logs)
+
+
+# -- Snakemake told to stop --------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher, tasks, signum, to_group", [
+    ("inline", 1, signal.SIGTERM, False),  # kill <pid>, a supervisor
+    ("inline", 1, signal.SIGINT, False),  # kill -INT <pid>
+    ("inline", 1, signal.SIGTERM, True),  # kill -- -<pgid>
+    ("inline", 1, signal.SIGINT, True),  # Ctrl-C in the terminal Snakemake runs in
+    ("local", 2, signal.SIGTERM, False),
+], ids=["inline-TERM", "inline-INT", "inline-TERM-group", "inline-INT-group", "local-TERM"])
+def test_snakemake_told_to_stop_stops_its_training_and_a_plain_rerun_resumes(
+        tmp_path, launcher, tasks, signum, to_group):
+    """Snakemake (alone, or its whole process group) is sent SIGTERM or SIGINT during a training:
+    the trainer saves a checkpoint at the step it is in and ends, then Snakemake exits, within
+    ENDS_WITHIN; the lock is freed and the MLflow run KILLED. A plain rerun (no --unlock, no
+    --rerun-incomplete) resumes from the checkpoint and ends with the uninterrupted model."""
+    workdir = _workflow(tmp_path / "workflow", launcher, tasks)
+    folder = workdir / "results/tiny/base/seed-1"
+    snakemake = _train_with_snakemake(workdir)
+    below: list[int] = []
+    try:
+        _wait_for(lambda: _checkpointed(folder), "a first checkpoint")
+        below = _descendants(snakemake.pid)
+        if to_group:
+            os.killpg(snakemake.pid, signum)
+        else:
+            snakemake.send_signal(signum)
+        sent = time.monotonic()
+        _, stderr = snakemake.communicate(timeout=ENDS_WITHIN)
+        # Not before: a supervisor ending the job with Snakemake (Slurm ending a batch script's
+        # allocation) would kill a trainer that is still writing its checkpoint.
+        assert not any(_alive(pid) for pid in below), "Snakemake exited before its trainer"
+        print(f"Snakemake and the {len(below)} processes below it ended "
+              f"{time.monotonic() - sent:.1f} s after {signal.Signals(signum).name}")
+    finally:
+        for pid in [snakemake.pid, *below]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        snakemake.wait()
+    assert snakemake.returncode != 0, stderr[-3000:]
+    reason = (rf"received {signal.Signals(signum).name}" if to_group
+              else r"the workflow that started this training is stopping")
+    stopped = re.search(rf"training stopped at step (\d+) \({reason}\); its checkpoint resumes "
+                        rf"it", _rank0_log(workdir, folder, launcher))
+    assert stopped, _rank0_log(workdir, folder, launcher)[-3000:]
+    assert _checkpoints_verify(folder) == int(stopped.group(1))
+    assert _run_status(folder, workdir / "results") == "KILLED"
+    if launcher == "local":  # the launcher fails the rule, in one line, as a job stopped early
+        rule_log = (workdir / "results/logs/tiny/train_base_seed1.log").read_text()
+        assert re.search(r"reproduce train: error: training job \d+ stopped before its last "
+                         r"step; its checkpoint resumes it", rule_log), rule_log[-3000:]
+    with VariantLock(folder):
+        pass
+
+    _resume_on_the_grid(workdir, int(stopped.group(1)))
     rerun = _train_with_snakemake(workdir)
     _, stderr = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, stderr[-3000:]
-    variant = load_experiment(workdir / "configs/tiny.yaml").variant("base")
-    train, dev = workdir / "results/tiny/encoded/train", workdir / "results/tiny/encoded/dev"
-    Trainer(variant, TINY, train, dev, tmp_path / "straight").run()
-    _assert_same_model(variant, tmp_path / "straight", folder)
+    _assert_resumed_model(workdir, tmp_path / "straight", folder)
+
+
+# -- the Slurm job cancelled -------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_cancelled_slurm_job_saves_a_checkpoint_and_a_rerun_resumes(tmp_path):
+    """scancel of a training submitted with the slurm launcher: Slurm sends SIGTERM, then SIGKILL
+    KillWait seconds later (10 s on the local Slurm); rank 0 stops at the step it is in with a
+    checkpoint first, frees the lock and marks the MLflow run KILLED; a rerun resumes from that
+    checkpoint and ends with the model of an uninterrupted run."""
+    require_local_slurm()
+    workdir = _workflow(tmp_path / "workflow", "slurm", 1)
+    folder = workdir / "results/tiny/base/seed-1"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "reproduce", "train", "--experiment", "configs/tiny.yaml",
+         "--variant", "base", "--seed", "1", "--train-data", "results/tiny/encoded/train",
+         "--dev-data", "results/tiny/encoded/dev", "--out-dir", str(folder), "--results",
+         "results", "--launcher", "slurm", "--slurm", "slurm_partition=debug",
+         "--slurm", "cpus_per_task=1", "--slurm", "runtime=10"],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        _wait_for(lambda: _checkpointed(folder), "a first checkpoint")
+        rank0 = _holder_pid(folder)
+        [submitted] = (folder / "submitit").glob("*_submitted.pkl")
+        subprocess.run(["scancel", submitted.name.split("_")[0]], check=True)
+        cancelled = time.monotonic()
+        _wait_for(lambda: not _alive(rank0), "rank 0 to end", timeout=ENDS_WITHIN)
+        print(f"rank 0 ended {time.monotonic() - cancelled:.1f} s after scancel")
+    finally:
+        # Without accounting (sacct), submitit cannot see the local job cancelled and waits on.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    rank0_log = _rank0_log(workdir, folder, "slurm")
+    stopped = re.search(r"training stopped at step (\d+) \(received SIGTERM\); its checkpoint "
+                        r"resumes it", rank0_log)
+    assert stopped, rank0_log[-3000:]
+    assert _checkpoints_verify(folder) == int(stopped.group(1))
+    assert _run_status(folder, workdir / "results") == "KILLED"
+    with VariantLock(folder):
+        pass
+
+    _resume_on_the_grid(workdir, int(stopped.group(1)))
+    pipeline = workdir / "pipeline.yaml"  # resumed here: the checkpoint is the same either way
+    pipeline.write_text(pipeline.read_text().replace("launcher: slurm", "launcher: inline"))
+    rerun = _train_with_snakemake(workdir)
+    _, stderr = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, stderr[-3000:]
+    _assert_resumed_model(workdir, tmp_path / "straight", folder)
 
 
 # -- one rank killed or hung -------------------------------------------------------------------
@@ -310,3 +436,42 @@ def test_the_job_owner_is_the_nearest_ancestor_that_is_not_a_shell(tmp_path):
         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True)
     pid, named = owner.stdout.splitlines()
     assert json.loads(named)[STOP_WITH].split()[0] == pid
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_the_relay_creates_the_stop_request_before_snakemakes_own_handling(tmp_path, signum):
+    """A stand-in for Snakemake: its own SIGTERM handler (or SIGINT's KeyboardInterrupt) still
+    runs, after the stop request exists; the request is removed when the process exits."""
+    script = f"""
+import os, signal, sys, time
+from pathlib import Path
+from reproduce.training.interruption import STOP_REQUEST, relay_stop_signals
+
+def graceful(signum, frame):  # Snakemake's: wait for the running jobs
+    print("graceful", Path(os.environ[STOP_REQUEST]).exists(), flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, graceful)
+request = relay_stop_signals(Path({str(tmp_path / "requests")!r}))
+try:
+    print(request, request.exists(), flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("interrupted", request.exists(), flush=True)
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    request, existed = process.stdout.readline().split()
+    assert (request, existed) == (str(tmp_path / "requests" / str(process.pid)), "False")
+    process.send_signal(signum)
+    output, _ = process.communicate(timeout=ENDS_WITHIN)
+    assert output.split() == ["graceful" if signum == signal.SIGTERM else "interrupted", "True"]
+    assert not Path(request).exists()
+
+
+def test_a_stop_request_stops_a_training_at_its_next_step(tmp_path):
+    request = tmp_path / "request"
+    with Interruption().watching((), parents=False, request=request) as interruption:
+        assert interruption.pending() is None
+        request.touch()
+        assert interruption.pending() == "the workflow that started this training is stopping"

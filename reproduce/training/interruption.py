@@ -14,10 +14,19 @@ start time, so that a later process given the same pid does not pass for it); se
 :func:`stop_with_environment`. Started by hand, it watches its parent: when the parent dies, Linux
 sends it SIGTERM (``prctl(PR_SET_PDEATHSIG)``); when the parent is a shell whose own parent dies
 (a ``bash -c`` left waiting), the shell is reparented, which :meth:`pending` notices.
+
+*Stopping with the job* (:func:`relay_stop_signals`): Snakemake told to stop (SIGTERM, SIGINT)
+stays alive, waiting for its running jobs, and signals none of them, so neither its death nor a
+signal reaches the trainer. Inside Snakemake (the workflow's ``onstart``), the relay turns those
+signals into a *stop request*: a file named in ``$REPRODUCE_STOP_REQUEST``, which every process
+Snakemake starts inherits, created before Snakemake's own handling of the signal goes on. A
+trainer that sees the file stops as on a signal (:meth:`Interruption.pending`, one ``stat`` a
+step); the job then fails, and Snakemake exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import os
@@ -25,6 +34,7 @@ import signal
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 
@@ -37,6 +47,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _SHELLS = {"sh", "bash", "dash", "zsh"}
 STOP_WITH = "REPRODUCE_STOP_WITH"
+STOP_REQUEST = "REPRODUCE_STOP_REQUEST"
+# What Snakemake answers by waiting for its running jobs: SIGTERM (kill's default, a supervisor,
+# Slurm ending the job Snakemake runs in) and SIGINT (Ctrl-C, kill -INT).
+RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,36 @@ def process_to_stop_with() -> WatchedProcess | None:
     return WatchedProcess(pid, started)
 
 
+def relay_stop_signals(folder: Path) -> Path:
+    """Make :data:`RELAYED_SIGNALS` to this process (Snakemake) ask the trainings it started to
+    stop: each creates the stop request ``folder/<pid>`` (named in ``$REPRODUCE_STOP_REQUEST``
+    for the jobs started from now on), then calls the handler it had (Snakemake's: wait for the
+    running jobs, or cancel them). The request is removed when this process exits."""
+    request = (folder / str(os.getpid())).resolve()
+    request.unlink(missing_ok=True)  # left by an earlier process given the same pid
+    os.environ[STOP_REQUEST] = str(request)
+    atexit.register(request.unlink, missing_ok=True)
+    for signum in RELAYED_SIGNALS:
+        signal.signal(signum, partial(_relay, request, signal.getsignal(signum)))
+    return request
+
+
+def _relay(request: Path, previous, signum: int, frame) -> None:
+    request.parent.mkdir(parents=True, exist_ok=True)
+    request.touch()
+    if callable(previous):
+        previous(signum, frame)
+    else:  # the default action (or none): as if the relay had never been installed
+        signal.signal(signum, previous)
+        os.kill(os.getpid(), signum)
+
+
+def stop_request_path() -> Path | None:
+    """The stop request named by ``$REPRODUCE_STOP_REQUEST``, if any."""
+    value = os.environ.get(STOP_REQUEST)
+    return Path(value) if value else None
+
+
 class Interruption:
     """Why training should stop at the end of the current step (``None`` while it should not)."""
 
@@ -92,6 +136,7 @@ class Interruption:
         self._parent: int | None = None
         self._grandparent: int | None = None
         self._owner: WatchedProcess | None = None
+        self._request: Path | None = None
         self._previous: dict[int, object] = {}
 
     def request(self, reason: str, signum: int | None = None) -> None:
@@ -100,13 +145,15 @@ class Interruption:
 
     @contextmanager
     def watching(self, signums: tuple[int, ...], parents: bool,
-                 owner: WatchedProcess | None = None) -> Iterator["Interruption"]:
-        """While inside: ``signums`` become stop requests, and so do the end of ``owner`` and,
-        with ``parents``, the death of the parent (or of a parent shell's parent). Handlers and
-        the parent-death signal are restored on the way out."""
+                 owner: WatchedProcess | None = None,
+                 request: Path | None = None) -> Iterator["Interruption"]:
+        """While inside: ``signums`` become stop requests, and so do the end of ``owner``, the
+        creation of the file ``request`` (:func:`relay_stop_signals`) and, with ``parents``, the
+        death of the parent (or of a parent shell's parent). Handlers and the parent-death signal
+        are restored on the way out."""
         self._previous = previous = {signum: signal.signal(signum, self._handle)
                                      for signum in signums}
-        self._owner = owner
+        self._owner, self._request = owner, request
         watched = parents and sys.platform.startswith("linux")
         if watched:
             self._watch_parents()
@@ -115,7 +162,7 @@ class Interruption:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            self._owner = None
+            self._owner = self._request = None
             if watched:
                 _set_parent_death_signal(0)
                 self._parent = self._grandparent = None
@@ -138,6 +185,8 @@ class Interruption:
     def pending(self) -> str | None:
         if self.reason is None and self._owner is not None and self._owner.ended():
             self.request(f"process {self._owner.pid}, which started this training, exited")
+        if self.reason is None and self._request is not None and self._request.exists():
+            self.request("the workflow that started this training is stopping")
         if self.reason is None and self._parent is not None:
             if os.getppid() != self._parent:
                 self.request(f"parent process {self._parent} exited")

@@ -15,10 +15,14 @@ stop request ends the run after the current step with a checkpoint
 (:mod:`reproduce.training.interruption`): inline, SIGTERM, SIGINT and SIGHUP, and the death of
 the job that started the trainer, after which the process exits with 128 + the signal; under
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
-the request's ``max_requeues`` times after a time limit), and with the local executor the death
+the request's ``max_requeues`` times after a time limit), and SIGTERM (Slurm ending the job:
+``scancel``, preemption), after which it exits as inline, and with the local executor the death
 of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
-The MLflow run is then marked KILLED. A rank that dies ends the others' next collective, at once
-where its connections close, else after :func:`reproduce.training.distributed.collective_timeout`
+With every launcher, so does the stop request of the Snakemake that started the training
+(:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
+requeued, fails the launcher (:class:`TrainingStopped`). The MLflow run is then marked KILLED.
+A rank that dies ends the others' next collective, at once where its connections close, else
+after :func:`reproduce.training.distributed.collective_timeout`
 (:class:`reproduce.training.distributed.PeerLostError`).
 
 A job that refuses to train (an expected error: settings that changed, a model too large, a loss
@@ -48,7 +52,7 @@ from reproduce.files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,
-                                             process_to_stop_with)
+                                             process_to_stop_with, stop_request_path)
 from reproduce.training.preflight import check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.trainer import Trainer
@@ -72,6 +76,7 @@ class TrainingTask(submitit.helpers.Checkpointable):
     threads: int = 1
     stop_after_steps: int | None = None
     stop_with: WatchedProcess | None = None  # the job's owner on this host, which it dies with
+    stop_request: Path | None = None  # the file whose creation asks it to stop
 
     def __call__(self) -> dict | None:
         if _inside_submitit():
@@ -95,12 +100,15 @@ class TrainingTask(submitit.helpers.Checkpointable):
 
     def _interruption(self):
         """Inline: SIGTERM, SIGINT, SIGHUP (:data:`STOP_SIGNALS`) and the parents' death stop
-        the run; under submitit, its pre-timeout signal (SIGTERM is submitit's to ignore: Slurm
-        sends it on requeue). Either way, so does the end of the job's owner, where known."""
+        the run; under submitit, its pre-timeout signal and SIGTERM, which Slurm sends a job it
+        ends (``scancel``, preemption, a requeue) KillWait seconds before SIGKILL. Either way, so
+        do the end of the job's owner and its stop request, where known."""
         if _inside_submitit():
-            return Interruption().watching((_pre_timeout_signal(),), parents=False,
-                                           owner=self.stop_with)
-        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with)
+            return Interruption().watching((_pre_timeout_signal(), signal.SIGTERM),
+                                           parents=False, owner=self.stop_with,
+                                           request=self.stop_request)
+        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with,
+                                       request=self.stop_request)
 
     def _train(self, interruption: Interruption) -> dict | None:
         run = None
@@ -140,13 +148,20 @@ def _pre_timeout_signal() -> int:
 
 def _exit_interrupted(interruption: Interruption, step: int) -> None:
     """After the stop checkpoint: under submitit, hand the pre-timeout signal to submitit's
-    handler (requeue; a no-op on ranks > 0); inline, exit with 128 + the signal."""
+    handler (requeue; a no-op on ranks > 0), or return None for a stop request; inline, and
+    under submitit on SIGTERM, exit with 128 + the signal. The job's end is then Slurm's to tell
+    (no result is written): cancelled, it fails the launcher; requeued, it is waited for."""
     log.warning("training stopped at step %d (%s); its checkpoint resumes it", step,
                 interruption.reason)
-    if _inside_submitit():
+    if _inside_submitit() and interruption.signal != signal.SIGTERM:
         interruption.pass_on()
         return
     raise SystemExit(128 + (interruption.signal or signal.SIGTERM))
+
+
+class TrainingStopped(ReproduceError):
+    """A submitted training job stopped before its last step and was not requeued: asked to by
+    the Snakemake that started it, or that Snakemake is gone. Its checkpoint resumes it."""
 
 
 class TrainingJobRefused(ReproduceError):
@@ -258,7 +273,8 @@ def launch_training(
             set_aside(output_dir)
     task = TrainingTask(experiment, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        stop_with=None if launcher == "slurm" else process_to_stop_with())
+                        stop_with=None if launcher == "slurm" else process_to_stop_with(),
+                        stop_request=stop_request_path())
     if launcher == "inline":
         return task()
     distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
@@ -282,4 +298,8 @@ def launch_training(
             f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
             f"{error}"
         ) from error
+    if results[0] is None:
+        raise TrainingStopped(
+            f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
+            f"(log: {job.paths.stderr})")
     return results[0]

@@ -2,6 +2,13 @@
 training.seed is a training of its own, in <variant>/seed-<n>/) and averaging of its last
 checkpoints on the save grid, those that training lists in train/checkpoints.json."""
 
+from reproduce.training.interruption import relay_stop_signals
+
+# Where Snakemake's stop requests go (relay_stop_signals, called at onstart): told to stop, it
+# waits for its running jobs and signals none, so a training learns of it from this file; the
+# job then fails without outputs, and the next run resumes it from its checkpoint.
+STOP_REQUESTS = Path(".snakemake/stop-requests")
+
 
 rule train:
     input:

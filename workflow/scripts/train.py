@@ -7,15 +7,19 @@ reproduce/training/slurm_request.py), so a dry run's ``resources:`` line is what
 
 The trainer is told which process started the job (``$REPRODUCE_STOP_WITH``): this wrapper
 outlives a Snakemake killed with -9, waiting on the trainer, so the trainer's watch of its own
-parent would not see it (reproduce/training/interruption.py).
+parent would not see it (reproduce/training/interruption.py). A stop signal sent to this
+wrapper (with Snakemake's whole process group, by Ctrl-C or ``kill -- -<pgid>``) is passed on to
+the trainer, and the wrapper waits for it to save its checkpoint: dying at once, it would let
+Snakemake report the job over while the trainer still writes.
 """
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 
-from reproduce.training.interruption import stop_with_environment
+from reproduce.training.interruption import STOP_SIGNALS, stop_with_environment
 from reproduce.training.slurm_request import SlurmRequest
 
 job = snakemake  # noqa: F821 (defined by Snakemake for scripts)
@@ -42,5 +46,7 @@ with open(job.log[0], "w") as log:
     command = train_command()
     print(shlex.join(command), file=log, flush=True)
     environment = os.environ | stop_with_environment()
-    sys.exit(subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                            env=environment).returncode)
+    trainer = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: trainer.send_signal(signum))
+    sys.exit(trainer.wait())
