@@ -9,8 +9,8 @@ import torch
 
 from reproduce.model.architectures import build_model
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.model.dropout import (AttentionDropout, TokenDropout, mix, mix_host, step_key,
-                                     token_keys)
+from reproduce.model.dropout import (AttentionDropout, TokenDropout, keep_mask, mix, mix_host,
+                                     step_key, token_keys)
 from reproduce.model.token_layout import TokenLayout
 from reproduce.training.batching import collate
 from reproduce.training.teacher_forcing import TeacherForcedStates
@@ -41,6 +41,18 @@ def test_the_device_hash_is_the_host_hash_bit_for_bit():
     assert np.array_equal(device, mix_host(values).view(np.int64))
     # splitmix64's published first output for seed 0: mix(0 + golden gamma)
     assert int(mix_host(np.array([0x9E3779B97F4A7C15], dtype=np.uint64))[0]) == 0xE220A8397B1DCDAF
+
+
+@pytest.mark.parametrize("p", [0.0, 2**-24, 0.1, 0.3, 0.5, 0.7, 1 - 2**-24])
+def test_the_keep_mask_is_the_top_bits_of_the_hash_compared_with_p(p):
+    """keep_mask's shortcut (the top 24 bits read before mix's last xorshift, compared as
+    unsigned through a flipped sign bit) keeps exactly the units that its definition does."""
+    values = np.random.default_rng(1).integers(0, 2**64, 200_000, dtype=np.uint64)
+    values[:4] = [0, 1, 2**63, 2**64 - 1]
+    top_bits = mix_host(values) >> np.uint64(40)
+    keys = torch.from_numpy(values.view(np.int64).copy())
+    assert torch.equal(keep_mask(keys, p), torch.from_numpy(top_bits >= round(p * 2**24)))
+    assert torch.equal(keys, torch.from_numpy(values.view(np.int64)))  # its input left as it was
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])
