@@ -12,6 +12,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from reproduce.config import ConfigError
 from reproduce.data.download import file_name as download_name
 from reproduce.files import read_json
+from reproduce.model.flops import model_flops
 from reproduce.errors import ReproduceError
 from reproduce.experiment_file import load_experiment, read_yaml
 from reproduce.provenance import (
@@ -316,3 +317,36 @@ def training_fingerprint(wildcards):
 
 def training_steps(wildcards):
     return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
+
+
+def _training_work(dataset, variant, seed):
+    """About a training's arithmetic (FLOPs per token, from the BPE's vocabulary size, times the
+    tokens it trains on), to order the trainings by, not to count anything."""
+    experiment = EXPERIMENTS[dataset]
+    resolved = experiment.variant(variant, int(seed))
+    flops = model_flops(resolved.model, experiment.bpe.vocab_size)
+    per_token = flops.per_source_token() + flops.per_target_token()
+    return per_token * resolved.training.tokens_per_step * resolved.training.steps
+
+
+def _training_ranks():
+    """Every training's rank by its work, 1 for the lightest."""
+    work = sorted(
+        (_training_work(dataset, variant, seed), dataset, variant, str(seed))
+        for dataset in EXPERIMENTS
+        for variant, seed in trainings(dataset)
+    )
+    return {key[1:]: rank for rank, key in enumerate(work, start=1)}
+
+
+TRAINING_RANKS = _training_ranks()
+# The data steps (seconds each) before any training: otherwise, once one experiment's data are
+# encoded, its trainings would take every core while another experiment's data wait for them.
+DATA_PRIORITY = len(TRAINING_RANKS) + 1
+
+
+def training_priority(wildcards):
+    """Trainings before every other job, the longest first: on a few cores the short jobs that
+    follow them then fill the cores at the end, rather than one long training running alone
+    after everything else has finished (longest-processing-time-first scheduling)."""
+    return TRAINING_RANKS[(wildcards.dataset, wildcards.variant, wildcards.seed)]

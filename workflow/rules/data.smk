@@ -13,6 +13,7 @@ rule download:
         f"{RESULTS}/downloads/{{filename}}",
     log:
         log_file("download/{filename}"),
+    priority: DATA_PRIORITY
     conda:
         CONDA_ENV
     params:
@@ -37,6 +38,7 @@ rule prepare:
         log_file("{dataset}/prepare_{split}"),
     benchmark:
         benchmark_file("{dataset}/prepare_{split}")
+    priority: DATA_PRIORITY
     conda:
         CONDA_ENV
     params:
@@ -61,6 +63,7 @@ rule train_bpe:
         log_file("{dataset}/train_bpe"),
     benchmark:
         benchmark_file("{dataset}/train_bpe")
+    priority: DATA_PRIORITY
     conda:
         CONDA_ENV
     threads: 16  # capped to --cores when run locally
@@ -85,6 +88,7 @@ rule encode:
         log_file("{dataset}/encode_{split}"),
     benchmark:
         benchmark_file("{dataset}/encode_{split}")
+    priority: DATA_PRIORITY
     conda:
         CONDA_ENV
     threads: 16  # capped to --cores when run locally

@@ -24,6 +24,7 @@ rule train:
         log_file("{dataset}/train_{variant}_seed{seed}"),
     benchmark:
         benchmark_file("{dataset}/train_{variant}_seed{seed}")
+    priority: training_priority
     # With the slurm launcher this rule runs where snakemake runs: it submits the training job
     # through submitit (one task per GPU, requeued at its time limit) and waits for it. Its
     # request is this rule's resources: set-resources: train in the profile (slurm/config.yaml).
