@@ -111,3 +111,24 @@ def test_line_lengths_names_each_files_longest_line(tmp_path):
     assert "words      6 (line 3)" in text_part and "characters 26 (line 3)" in text_part
     pieces = [int(count) for count in re.findall(r"pieces, BPE of +\d+: (\d+) \(line", output)]
     assert len(pieces) == 2 and pieces[0] >= 7 + 1 and pieces[1] >= 6 + 1
+
+
+def test_demo_cpu_sums_by_rule_and_puts_the_longest_training_first(tmp_path):
+    """Three trainings of 10, 6 and 4 CPU s on two cores: 10 s when the longest starts first
+    (6 + 4 beside it), 14 when it starts last; then Snakemake's 4 s shared by the two cores and
+    the start-up's 1 s."""
+    main = "/x/reproduce/__main__.py"
+
+    def training(variant: str, cpu: float) -> dict:
+        return {"argv": [main, "train", "--variant", variant, "--seed", "1", "--out-dir",
+                         f"results/tiny/{variant}/seed-1"], "cpu": cpu}
+
+    records = [{"argv": [main, "init-tracking", "--results", "results"], "cpu": 1.0},
+               training("short", 4.0), training("middle", 6.0), training("long", 10.0),
+               {"argv": ["/x/.venv/bin/snakemake", "--cores", "2", "all"], "cpu": 4.0}]
+    log = tmp_path / "cpu.jsonl"
+    log.write_text("".join(json.dumps(record) + "\n" for record in records))
+    output = _run("demo_cpu.py", str(log))
+    assert "| train | 3 | 20 | 4.0-10.0 |" in output
+    assert "estimated wall time alone on 2 cores: 13 s" in output
+    assert "(start-up 1 s, jobs 10 s, Snakemake's share 2 s)" in output
