@@ -7,13 +7,26 @@ sorted by length, batches of ``decoding.max_sentences_per_batch``, beam 4, alpha
 source + 50 tokens (section 6.1; the ``decoding`` settings of ``configs/wmt14_en_de.yaml``), in
 fp32 like the real path. Only sentencepiece is left out: sentences are strings of token ids.
 
-The weights are random (speed needs no trained ones): an untrained model seldom ends a hypothesis
-early, so nearly every sentence runs to its maximum length, source + 50, more steps than a trained
-model's translations (about as long as their sources) take. A few sentences are decoded first,
-untimed, so that CUDA's start-up is not counted. Prints sentences/s and generated tokens/s
-(each hypothesis' tokens and its EOS), e.g.
+The weights are random (speed needs no trained ones), and ``--lengths`` says how long the
+hypotheses run, which every figure names:
 
-    H100 base (beam 4, alpha 0.6, 3003 sentences): 41.0 sentences/s, 3,200 generated tok/s
+* ``worst`` (the default): as the random model decodes. It seldom ends a hypothesis early, so
+  nearly every sentence runs to its maximum length, source + 50: more steps than a trained
+  model's translations, about as long as their sources, take.
+* ``trained``: as a trained model's would. From the step at which a hypothesis holds as many
+  tokens as its source (EOS included), EOS's logit is raised far above every other
+  (:class:`EndsAtSourceLength`, a wrapper of this benchmark's, not of the package), so that
+  hypotheses end at about their source's length and the search stops a few steps later.
+
+A few sentences are decoded first, untimed, so that CUDA's start-up is not counted. Prints
+sentences/s and generated tokens/s (each hypothesis' tokens and its EOS), e.g.
+
+    H100 base (beam 4, alpha 0.6, 3003 sentences, worst lengths): 41.0 sentences/s, 3,200 gen...
+
+(``generated tok/s`` at its end). ``--check-every``, ``--sentences-per-batch`` and
+``--tokens-per-batch`` replace the ``decoding`` settings ``check_every``,
+``max_sentences_per_batch`` and ``max_tokens_per_batch`` of the config, and the headline names
+each one replaced (``..., trained lengths, check_every=8): ...``).
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
@@ -25,7 +38,9 @@ kernel launches, the top kernels and host operations.
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding
-settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``), ``sentences``,
+settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
+``tokens_per_batch``, ``check_every``), ``replaced`` (the settings given on the command line),
+``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``; with ``--profile``, ``profile``.
 """
@@ -34,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +59,15 @@ from reproduce.experiment_file import load_experiment
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
+from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
+from reproduce.special_tokens import EOS, PAD
 from reproduce.training.precision import device_name
 from profile_table import profile_lines
 from trainer_speed import CPU_MODEL, ROOT, profile_runs, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
 WARM_UP_SENTENCES = 8
+EOS_MARGIN = 30.0  # EOS's logit over the largest other, once a hypothesis is as long as its source
 
 
 class TokenIdText:
@@ -61,6 +80,41 @@ class TokenIdText:
     @staticmethod
     def decode(ids: list[int]) -> str:
         return " ".join(map(str, ids))
+
+
+@dataclass
+class _WithLengths:
+    """A model's encoding of a source batch, with each row's source length (EOS included)."""
+
+    encoded: EncodedSource
+    lengths: torch.Tensor
+
+    def select(self, indices: torch.Tensor) -> "_WithLengths":
+        return _WithLengths(self.encoded.select(indices), self.lengths.index_select(0, indices))
+
+
+class EndsAtSourceLength:
+    """``model`` with a trained model's output lengths: a hypothesis that holds as many tokens as
+    its source gets EOS's logit raised ``EOS_MARGIN`` above the largest, so that it ends there
+    (or about there, as beam search weighs its alternatives) instead of at source + 50."""
+
+    def __init__(self, model: TranslationModel):
+        self.model = model
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def encode(self, source: torch.Tensor, layout=None) -> _WithLengths:
+        return _WithLengths(self.model.encode(source, layout), source.ne(PAD).sum(dim=1))
+
+    def decode(self, target_input: torch.Tensor, encoded: _WithLengths,
+               cache: DecoderCache | None = None) -> torch.Tensor:
+        logits = self.model.decode(target_input, encoded.encoded, cache)
+        last = logits[:, -1]
+        generated = cache.length  # the token these logits choose is the hypothesis' generated-th
+        raised = last.max(dim=-1).values + EOS_MARGIN
+        last[:, EOS] = torch.where(encoded.lengths.le(generated), raised, last[:, EOS])
+        return logits
 
 
 def synthetic_sources(sentences: int, vocab: int, seed: int) -> list[str]:
@@ -76,6 +130,15 @@ def main() -> None:
     parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
     parser.add_argument("--sentences", type=int, default=NEWSTEST2014_SENTENCES)
     parser.add_argument("--vocab", type=int, default=37_000)
+    parser.add_argument("--lengths", choices=["worst", "trained"], default="worst",
+                        help="hypotheses as the random model runs them (to source + 50), or "
+                             "ending at about their source's length, as a trained model's")
+    parser.add_argument("--check-every", type=int,
+                        help="decoding.check_every (default: the config's)")
+    parser.add_argument("--sentences-per-batch", type=int,
+                        help="decoding.max_sentences_per_batch (default: the config's)")
+    parser.add_argument("--tokens-per-batch", type=int,
+                        help="decoding.max_tokens_per_batch (default: the config's)")
     parser.add_argument("--profile", action="store_true",
                         help="then profile the decoding of one batch (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -84,10 +147,15 @@ def main() -> None:
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
     variant = experiment.variant("big" if args.size == "big" else "base")
     config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
-    decoding = variant.decoding
+    replaced = {name: value for name, value in (
+        ("check_every", args.check_every), ("max_sentences_per_batch", args.sentences_per_batch),
+        ("max_tokens_per_batch", args.tokens_per_batch)) if value is not None}
+    decoding = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     model = build_model(config, args.vocab).to(device).eval()
+    if args.lengths == "trained":
+        model = EndsAtSourceLength(model)
     sources = synthetic_sources(args.sentences, args.vocab, seed=0)
 
     translate_sentences(model, TokenIdText(), sources[:WARM_UP_SENTENCES], decoding, device)
@@ -107,20 +175,21 @@ def main() -> None:
         "name": name, "size": args.size, "layers": config.layers, "d_model": config.d_model,
         "vocab": args.vocab, "beam": decoding.beam_size, "alpha": decoding.length_penalty,
         "max_length_offset": decoding.max_length_offset,
-        "sentences_per_batch": decoding.max_sentences_per_batch, "sentences": len(sources),
+        "sentences_per_batch": decoding.max_sentences_per_batch,
+        "tokens_per_batch": decoding.max_tokens_per_batch, "check_every": decoding.check_every,
+        "replaced": replaced, "lengths": args.lengths, "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
         "sentences_per_second": len(sources) / seconds,
         "generated_tokens_per_second": generated / seconds}
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, size: {args.size} (N={config.layers}, d_model={config.d_model}), "
-          f"vocab {args.vocab}, fp32, random weights")
+          f"vocab {args.vocab}, fp32, random weights, {args.lengths} lengths")
     print(f"decoding: beam {decoding.beam_size}, alpha {decoding.length_penalty}, max length "
-          f"source + {decoding.max_length_offset}, {decoding.max_sentences_per_batch} sentences "
-          f"per batch; {len(sources)} sentences, {source_tokens:,} source tokens (EOS included), "
-          f"{generated:,} generated tokens in {seconds:.1f} s")
-    print(f"{name} {args.size} (beam {decoding.beam_size}, alpha {decoding.length_penalty}, "
-          f"{len(sources)} sentences): {figures['sentences_per_second']:,.1f} sentences/s, "
-          f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
+          f"source + {decoding.max_length_offset}, at most {decoding.max_sentences_per_batch} "
+          f"sentences and {decoding.max_tokens_per_batch:,} positions a batch, done read every "
+          f"{decoding.check_every} steps; {len(sources)} sentences, {source_tokens:,} source "
+          f"tokens (EOS included), {generated:,} generated tokens in {seconds:.1f} s")
+    print(headline(figures))
     if args.profile:
         batch = sources[:decoding.max_sentences_per_batch]
         figures["profile"] = profile_runs(
@@ -129,6 +198,16 @@ def main() -> None:
         print("\n".join(profile_lines(figures["profile"])))
     if args.json:
         write_json(args.json, figures)
+
+
+def headline(figures: dict) -> str:
+    """The figures' line for BENCHMARKS.md: which lengths, and each decoding setting replaced."""
+    named = [f"{figures['lengths']} lengths",
+             *(f"{name}={value}" for name, value in figures["replaced"].items())]
+    return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
+            f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
+            f"{figures['sentences_per_second']:,.1f} sentences/s, "
+            f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
 if __name__ == "__main__":

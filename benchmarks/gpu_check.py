@@ -7,8 +7,11 @@ whatever happens; a step that fails or runs out of time never stops the later on
 2. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
    batching (25k tokens a step, bf16), cold and warm windows, eager then ``torch.compile``d,
    and a profile of a few more steps of each (``--profile``: where a step's time goes);
-3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6, and
-   a profile of one batch's decoding;
+3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
+   base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
+   trained-like ones (``--lengths``); then base with trained-like lengths reading which
+   sentences are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with
+   256 (``decoding.check_every`` and batch sizes stay the config's until these are read);
 4. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
    (compiled, as GPUs train) against the unfused one.
 
@@ -96,6 +99,8 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
         return [pytest,
                 _trainer(logs, "cpu", trainer, 120),
                 _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--profile"], 90),
+                _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--lengths",
+                                    "trained", "--check-every", "4"], 90, "trained-check4"),
                 _loss_memory(logs, "loss memory, fused vs unfused",
                              ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
                               "1"])]
@@ -108,7 +113,13 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "base", base, 90),
             _trainer(logs, "big", big, 120),
             _beam(logs, "base", ["--profile"], 90),
+            _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
+            _beam(logs, "big", ["--lengths", "trained"], 60, "trained"),
+            _beam(logs, "base", ["--lengths", "trained", "--check-every", "8"], 60,
+                  "trained-check8"),
+            _beam(logs, "base", ["--lengths", "trained", "--check-every", "8",
+                                 "--sentences-per-batch", "256"], 60, "trained-check8-256"),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",
                          ["--bf16", "--compile"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
@@ -137,9 +148,11 @@ def _trainer(logs: Path, size: str, options: list[str], cap: float,
                  str(figures_file(logs, name))], cap, compiled)
 
 
-def _beam(logs: Path, size: str, options: list[str], cap: float) -> Step:
-    name = f"beam-{size}"
-    return Step(name, f"beam search, {size}", "beam",
+def _beam(logs: Path, size: str, options: list[str], cap: float, variant: str = "") -> Step:
+    name, title = f"beam-{size}", f"beam search, {size}"
+    if variant:
+        name, title = f"{name}-{variant}", f"{title}, {variant}"
+    return Step(name, title, "beam",
                 [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options, "--json",
                  str(figures_file(logs, name))], cap)
 
@@ -293,8 +306,11 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
 
 
 def _beam_headline(figures: dict) -> str:
+    """As beam_speed.py prints it: which lengths, and each decoding setting replaced."""
+    named = [f"{figures['lengths']} lengths",
+             *(f"{name}={value}" for name, value in figures["replaced"].items())]
     return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
-            f"{figures['alpha']}, {figures['sentences']} sentences): "
+            f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
             f"{figures['sentences_per_second']:,.1f} sentences/s, "
             f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
@@ -329,7 +345,8 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                   for w in figures["windows"]]
         return lines + _profile(figures)
     if kind == "beam":
-        return [f"{figures['sentences']} sentences, {figures['source_tokens']:,} source tokens, "
+        return [f"{figures['lengths']} lengths; {figures['sentences']} sentences, "
+                f"{figures['source_tokens']:,} source tokens, "
                 f"{figures['generated_tokens']:,} generated tokens in {figures['seconds']:.1f} s:"
                 f" {figures['sentences_per_second']:,.1f} sentences/s, "
                 f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",

@@ -477,6 +477,24 @@ class DecodingConfig(Strict):
         default=64, gt=0,
         description="Most sentences decoded together; sentences are sorted by length first, "
                     "so that batches waste little on padding.")
+    max_tokens_per_batch: int = Field(
+        default=65_536, gt=0,
+        description="Most cached target positions a batch may hold: a sentence counts "
+                    "beam_size x (its batch's longest source + max_length_offset), the keys and "
+                    "values its hypotheses may reach; bounds a batch alongside "
+                    "max_sentences_per_batch (a longer sentence is decoded alone). The default "
+                    "binds only past sources of 206 pieces at 64 sentences (beam 4, offset 50), so "
+                    "CPU batches are what max_sentences_per_batch makes them; a GPU, which "
+                    "decodes more sentences at once for the same time a step, can raise "
+                    "max_sentences_per_batch and let this bound size its batches by memory.")
+    check_every: int = Field(
+        default=1, gt=0,
+        description="Steps of beam search between reads of which sentences are done: such a "
+                    "read waits for the device, so 1 idles a GPU at every step; with more, a "
+                    "sentence done in between stays in the batch, frozen, and computes for "
+                    "nothing until read. The translations are the same whatever the value. 1 "
+                    "on every device until a GPU session measures more (BENCHMARKS.md): a CPU "
+                    "does not wait on a read, and only pays for the frozen rows.")
     max_source_pieces: int = Field(
         default=1024, gt=0,
         description="Longest source line decoded, in sentencepiece pieces with its end of "

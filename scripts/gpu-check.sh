@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measure the whole GPU path in one command: pytest -m gpu, the trainer (base and big, eager and
-# compiled), beam search on 3,003 sentences and the loss's peak memory, then OUTDIR/gpu-report.md.
+# compiled), beam search on 3,003 sentences (worst-case and trained-like lengths) and the loss's
+# peak memory, then OUTDIR/gpu-report.md.
 # Without CUDA the same command runs a smoke mode (reduced model, tiny inputs, a minute or two).
 # What each step does: benchmarks/gpu_check.py. BENCHMARKS.md ("Measuring on a GPU") gives the
 # device call.

@@ -805,15 +805,18 @@ def test_the_decode_rule_logs_the_refusal_as_its_one_line(world, tmp_path):
 
 
 def test_an_edited_bound_replans_no_decoding(world, tmp_path):
-    """The bound changes no translation, so unlike the beam size it is not among the decode
-    rule's params: translations made under one bound stay when it is edited."""
+    """The bound changes no translation, nor does how often beam search reads which sentences
+    are done, so unlike the beam size or a batch size neither is among the decode rule's params:
+    translations made under one value stay when it is edited."""
     workdir = _decode_workflow(world, tmp_path, 64)
     decoded = _snakemake_decode(workdir)
     assert decoded.returncode == 0, decoded.stdout[-3000:] + decoded.stderr[-3000:]
     assert (workdir / DEV_TRANSLATIONS).read_text().count("\n") == 2
     experiment = workdir / "configs/tiny.yaml"
-    for edit, replanned in (({"max_source_pieces": 40}, False), ({"beam_size": 2}, True)):
-        raw = yaml.safe_load(experiment.read_text())
+    decoded_with = experiment.read_text()
+    for edit, replanned in (({"max_source_pieces": 40}, False), ({"check_every": 4}, False),
+                            ({"beam_size": 2}, True), ({"max_tokens_per_batch": 1000}, True)):
+        raw = yaml.safe_load(decoded_with)
         raw["decoding"].update(edit)
         experiment.write_text(yaml.safe_dump(raw))
         planned = _snakemake_decode(workdir, "--dry-run")

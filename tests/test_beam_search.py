@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from reproduce.config import ModelConfig
-from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, beam_search,
-                                            length_penalty)
+from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, _Search,
+                                            beam_search, length_penalty)
 from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.model.encoder_decoder import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
@@ -154,3 +154,101 @@ def test_learned_positions_bound_the_output_length(seed):
     output = beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=50)[0]
     assert len(output) + 1 <= config.max_positions  # its EOS included
     assert len(greedy_search(model, source, max_length_offset=50)[0]) + 1 <= config.max_positions
+
+
+def random_batch(seed: int, sentences: int, vocab: int = VOCAB) -> Tensor:
+    """``sentences`` random sources of 1 to 10 word-pieces and EOS, right-padded."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 11, (sentences,), generator=generator).tolist()
+    batch = torch.full((sentences, max(lengths) + 1), PAD)
+    for row, length in enumerate(lengths):
+        batch[row, :length] = torch.randint(4, vocab, (length,), generator=generator)
+        batch[row, length] = EOS
+    return batch
+
+
+@pytest.mark.parametrize(("architecture", "seed"), [("transformer", 0), ("transformer", 1),
+                                                    ("transformer", 2), ("rnn", 3)])
+def test_reading_which_sentences_are_done_every_few_steps_changes_no_translation(architecture,
+                                                                                 seed):
+    """Sentences done between two reads stay frozen in the batch: each translation is the one
+    read at the step it finished, whatever the steps between reads, however many sentences
+    finish between two reads."""
+    model = peaky_model(seed, architecture)
+    decode, rows = model.decode, []
+    model.decode = lambda target, *args: rows.append(target.size(0)) or decode(target, *args)
+    batch = random_batch(seed, 16)
+    every_step = beam_search(model, batch, 4, 0.6, 6, check_every=1)
+    assert len(set(rows)) > 3  # sentences left the batch at three steps at least
+    for check_every in (2, 4, 8, 100):
+        assert beam_search(model, batch, 4, 0.6, 6, check_every=check_every) == every_step
+
+
+@pytest.mark.parametrize(("architecture", "seed"), [("transformer", 2), ("rnn", 0)])
+@torch.inference_mode()
+def test_a_sentence_done_between_reads_keeps_its_finished_hypotheses(architecture, seed):
+    """Frozen on the device: later steps, which would finish better hypotheses of a sentence
+    marked done early, change neither its finished scores nor their tokens; the other sentences
+    find the best hypotheses they would have found."""
+    model = peaky_model(seed, architecture)
+    source = random_batch(seed, 6)
+
+    def searched(freezes: bool) -> tuple[_Search, Tensor, Tensor]:
+        search = _Search(model, source, 4, 0.6, 6, freezes=freezes)
+        search.advance(model, 1)
+        search.done[0] = True
+        after_one = search.finished_scores.clone(), search.finished_tokens.clone()
+        for step in range(2, 8):
+            search.advance(model, step)
+        return search, *after_one
+
+    frozen, scores, tokens = searched(freezes=True)
+    unfrozen, _, _ = searched(freezes=False)
+    assert not torch.equal(unfrozen.finished_scores[0], scores[0])  # it would have changed
+    assert torch.equal(frozen.finished_scores[0], scores[0])
+    assert torch.equal(frozen.finished_tokens[0, :, : tokens.size(2)], tokens[0])
+    assert frozen.finished_tokens[0, :, tokens.size(2):].eq(PAD).all()
+    assert torch.equal(frozen.finished_tokens[1:, 0], unfrozen.finished_tokens[1:, 0])
+
+
+class HostReads:
+    """Counts the tensor methods that copy a value to the host (each waits for a GPU)."""
+
+    METHODS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.count = 0
+        for name in self.METHODS:
+            monkeypatch.setattr(torch.Tensor, name, self._counting(getattr(torch.Tensor, name)))
+        monkeypatch.setattr(torch, "nonzero", self._counting(torch.nonzero))
+
+    def _counting(self, method):
+        def counted(*args, **kwargs):
+            self.count += 1
+            return method(*args, **kwargs)
+        return counted
+
+
+def test_the_search_reads_the_device_once_every_check_every_steps(monkeypatch):
+    """A sentence that only its length limit ends (EOS made unlikely) runs all 3 + 30 steps;
+    the host reads which sentences are done after every ``check_every`` steps and at the last;
+    the other reads (the longest output length, the encoder's layout of the source, the
+    translation) are a few a batch, whatever ``check_every``: no per-step read (today's code
+    read twice a step: at the length limit and for done sentences)."""
+    model = peaky_model(8)
+    with torch.no_grad():
+        model.embedding.weight[EOS].mul_(-1.0)
+    decode, steps = model.decode, []
+    model.decode = lambda *args: steps.append(1) or decode(*args)
+    source = torch.tensor([[4, 5, EOS]])
+    reads = HostReads(monkeypatch)
+    others = set()
+    for check_every in (1, 4, 8):
+        steps.clear()
+        reads.count = 0
+        beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=30,
+                    check_every=check_every)
+        assert len(steps) == 3 + 30
+        checks = -(-len(steps) // check_every)
+        others.add(reads.count - checks)
+    assert len(others) == 1 and others.pop() <= 4

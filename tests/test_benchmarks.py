@@ -75,7 +75,8 @@ def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path, compiled)
 def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tmp_path):
     output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300",
                   "--profile", "--json", str(tmp_path / "figures.json"))
-    assert "CPU cpu (beam 4, alpha 0.6, 6 sentences):" in output and "generated tok/s" in output
+    assert "CPU cpu (beam 4, alpha 0.6, 6 sentences, worst lengths):" in output
+    assert "generated tok/s" in output
     found = re.search(r"6 sentences, ([\d,]+) source tokens \(EOS included\), ([\d,]+) generated "
                       r"tokens", output)
     source, generated = (int(number.replace(",", "")) for number in found.groups())
@@ -92,6 +93,21 @@ def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tm
     assert {"aten::mm", "aten::addmm", "aten::linear"} & {
         op["name"] for op in profiled["top_host_ops"]}
     assert "profiled 1 x batch: " in output and "| host operation | own ms a batch |" in output
+
+
+def test_beam_speed_with_trained_lengths_ends_hypotheses_at_their_sources_length(tmp_path):
+    """``--lengths trained``: each hypothesis ends at about its source's length (here exactly:
+    as many generated tokens as source tokens, EOS included on both sides), not at source + 50;
+    the figures and the headline say so, and name the setting replaced on the command line."""
+    output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300",
+                  "--lengths", "trained", "--check-every", "4", "--json",
+                  str(tmp_path / "figures.json"))
+    assert ("CPU cpu (beam 4, alpha 0.6, 6 sentences, trained lengths, check_every=4):"
+            in output)
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["lengths"] == "trained" and figures["replaced"] == {"check_every": 4}
+    assert figures["check_every"] == 4 and figures["tokens_per_batch"] == 65_536
+    assert figures["generated_tokens"] == figures["source_tokens"]
 
 
 def test_line_lengths_names_each_files_longest_line(tmp_path):

@@ -1,11 +1,14 @@
 """Translation of a list of lines: empty lines stay empty without the model, order is kept,
-progress is logged as sentences are decoded, and a line over the bound stops it all beforehand."""
+progress is logged as sentences are decoded, a line over the bound stops it all beforehand,
+batches keep within their bounds, and neither batching nor how often beam search reads which
+sentences are done changes a translation, even a trained model's."""
 
 import logging
 import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
@@ -13,7 +16,7 @@ from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.decoding.translate import translate_sentences
 from reproduce.errors import DataError
 from reproduce.model.architectures import build_model
-from reproduce.special_tokens import EOS, PAD
+from reproduce.special_tokens import BOS, EOS, PAD
 
 DECODING = DecodingConfig(beam_size=2, max_length_offset=3, max_sentences_per_batch=2)
 PROGRESS = re.compile(r"decode input: (\d+)/(\d+) sentences \(\d+\.\d%\), \S+ sentences/s, "
@@ -36,16 +39,53 @@ def model(processor):
     """A tiny untrained model that records every source batch it encodes."""
     torch.manual_seed(0)
     config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0)
-    built = build_model(config, processor.vocab_size()).eval()
-    built.encoded_rows = []
+    return recording(build_model(config, processor.vocab_size()).eval())
+
+
+def recording(built):
+    """``built``, recording the sources it encodes: each row's pieces, and each batch's rows."""
+    built.encoded_rows, built.encoded_batches = [], []
     encode = built.encode
 
     def recording_encode(source, *args, **kwargs):
-        built.encoded_rows.extend(row[row.ne(PAD)].tolist() for row in source)
+        rows = [row[row.ne(PAD)].tolist() for row in source]
+        built.encoded_rows.extend(rows)
+        built.encoded_batches.append(rows)
         return encode(source, *args, **kwargs)
 
     built.encode = recording_encode
     return built
+
+
+@pytest.fixture(scope="module")
+def trained(processor):
+    """A tiny model trained 60 steps on the tiny corpus: its translations end where it learned
+    to end them, at varied steps well before their length limit."""
+    torch.manual_seed(0)
+    pairs = generate_corpus(300, 0, 0, seed=3)["train"]
+    sources = [ids + [EOS] for ids in processor.encode([source for source, _ in pairs])]
+    targets = [ids + [EOS] for ids in processor.encode([target for _, target in pairs])]
+    config = ModelConfig(layers=1, d_model=32, d_ff=64, heads=2, d_k=16, d_v=16, dropout=0.0)
+    built = build_model(config, processor.vocab_size())
+    optimiser = torch.optim.Adam(built.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        batch = torch.randint(len(pairs), (32,), generator=generator).tolist()
+        source = _padded([sources[index] for index in batch])
+        target = _padded([[BOS] + targets[index] for index in batch])
+        logits = built(source, target[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), target[:, 1:].flatten(), ignore_index=PAD)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    return built.eval()
+
+
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    batch = torch.full((len(rows), max(map(len, rows))), PAD)
+    for number, row in enumerate(rows):
+        batch[number, : len(row)] = torch.tensor(row)
+    return batch
 
 
 def test_empty_and_blank_lines_give_empty_lines_in_place_without_the_model(model, processor):
@@ -92,3 +132,42 @@ def test_a_line_over_the_bound_is_refused_before_any_sentence_is_decoded(model, 
     at_bound = DECODING.model_copy(update={"max_source_pieces": pieces[1]})
     assert len(translate_sentences(model, processor, lines, at_bound)) == 3
     assert len(model.encoded_rows) == 3
+
+
+def test_batches_keep_within_both_bounds_in_length_order(model, processor):
+    """A batch of n sentences whose longest source has L pieces holds at most
+    max_sentences_per_batch sentences and n x beam x (L + offset) <= max_tokens_per_batch
+    positions; a sentence over the token bound alone is a batch of its own."""
+    lines = [" ".join(["the small house is old"] * repeat) for repeat in (1, 2, 1, 3, 1, 2, 6)]
+    lengths = sorted(len(ids) + 1 for ids in processor.encode(lines))
+    positions = [DECODING.beam_size * (length + DECODING.max_length_offset) for length in lengths]
+    budget = 3 * positions[2]  # the three shortest together, and never the longest with another
+    assert positions[-1] > budget / 2
+    bounded = DECODING.model_copy(update={"max_sentences_per_batch": 4,
+                                          "max_tokens_per_batch": budget})
+    translations = translate_sentences(model, processor, lines, bounded)
+    batches = [[len(row) for row in batch] for batch in model.encoded_batches]
+    assert [length for batch in batches for length in batch] == lengths
+    assert batches[0] == lengths[:3] and batches[-1] == lengths[-1:]
+    for batch in batches:
+        assert len(batch) <= 4
+        assert (len(batch) == 1 or len(batch) * DECODING.beam_size
+                * (max(batch) + DECODING.max_length_offset) <= budget)
+    sentence_bound = DECODING.model_copy(update={"max_sentences_per_batch": 4})
+    assert translate_sentences(model, processor, lines, sentence_bound) == translations
+
+
+def test_a_trained_models_translations_are_the_same_however_batched_or_read(trained, processor):
+    """The tiny test sentences through a trained model: its translations end at many different
+    steps, and they are the same whether the search reads which sentences are done every step
+    or every 4 or 8, and whether batches are bounded by sentences or by positions."""
+    lines = [source for source, _ in generate_corpus(0, 0, 40, seed=3)["test"]]
+    decoding = DecodingConfig(max_sentences_per_batch=16)
+    expected = translate_sentences(trained, processor, lines, decoding)
+    ended = [len(processor.encode(line)) for line, source in zip(expected, lines, strict=True)
+             if len(processor.encode(line)) < len(processor.encode(source)) + 50]
+    assert len(ended) > 3 / 4 * len(lines) and len(set(ended)) > 5, (ended, expected)
+    for update in ({"check_every": 4}, {"check_every": 8},
+                   {"max_tokens_per_batch": 4 * 70 * 5, "check_every": 4}):
+        changed = decoding.model_copy(update=update)
+        assert translate_sentences(trained, processor, lines, changed) == expected, update

@@ -16,6 +16,14 @@ All sentences of a batch are decoded together: the loop runs over time steps, ne
 sentences. The encoder runs once, and so do the encoder-decoder keys and values; those of the
 prefix are cached (:class:`DecoderCache`). A sentence that is done leaves the batch, so the
 remaining steps compute only for the sentences still searching.
+
+Which sentences are done is read on the host only every ``check_every`` steps: a read waits for
+the device to finish every step queued before it, so reading after each step keeps a GPU idle
+while the host launches the next one. In between, a sentence found done stays in the batch with
+its finished hypotheses frozen as they were when it finished (early termination being exact, no
+later hypothesis could outrank its best but by a tie in floating point), so that its translation
+is the same whenever it is read; its rows still compute until the next read, which costs a CPU
+time for nothing. The per-step work has no host read of its own.
 """
 
 from __future__ import annotations
@@ -51,22 +59,22 @@ def _next_token_log_probs(
     log_probs = torch.log_softmax(logits, dim=-1)
     log_probs[:, PAD] = NEGATIVE_INFINITY
     log_probs[:, BOS] = NEGATIVE_INFINITY
-    at_limit = max_lengths.le(step)
-    if at_limit.any():
-        eos_column = log_probs[:, EOS].clone()
-        log_probs[at_limit] = NEGATIVE_INFINITY
-        log_probs[at_limit, EOS] = eos_column[at_limit]
-    return log_probs
+    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
+    not_eos[EOS] = False
+    # masked without asking whether any row is at its limit: that question is a host read
+    return log_probs.masked_fill_(max_lengths.le(step).unsqueeze(1) & not_eos, NEGATIVE_INFINITY)
 
 
 class _Search:
     """The state of a batch's search, row-aligned with the sentences still searching."""
 
     def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float,
-                 max_length_offset: int, position_limit: int | None = None):
+                 max_length_offset: int, position_limit: int | None = None,
+                 freezes: bool = False):
         batch, device = source.size(0), source.device
-        self.beam, self.alpha = beam, alpha
-        self.sentences = torch.arange(batch, device=device)  # original index of each row
+        self.beam, self.alpha, self.freezes = beam, alpha, freezes
+        self.sentences = list(range(batch))  # original index of each row, on the host
+        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         encoded = model.encode(source)
         self.encoded = encoded.select(torch.arange(batch, device=device).repeat_interleave(beam))
         self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
@@ -81,11 +89,12 @@ class _Search:
 
     @property
     def size(self) -> int:
-        return self.sentences.size(0)
+        return len(self.sentences)
 
-    def advance(self, model: TranslationModel, step: int) -> Tensor:
-        """One time step for every row; returns which sentences are done after it."""
-        batch, beam, device = self.size, self.beam, self.sentences.device
+    def advance(self, model: TranslationModel, step: int) -> None:
+        """One time step for every row; ``done`` then says which sentences are done. A sentence
+        done before this step (``freezes``: not yet read) keeps its finished hypotheses."""
+        batch, beam, device = self.size, self.beam, self.done.device
         log_probs = _next_token_log_probs(
             model, self.alive_tokens[:, :, -1].reshape(-1), self.encoded, self.cache, step,
             self.max_lengths.repeat_interleave(beam),
@@ -112,8 +121,13 @@ class _Search:
         )
         pool_scores = torch.cat([self.finished_scores, normalised], dim=1)  # [B, 3K]
         pool_tokens = torch.cat([padded_finished, extended], dim=1)
-        self.finished_scores, best = pool_scores.topk(beam, dim=1)
-        self.finished_tokens = pool_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, step + 1))
+        finished_scores, best = pool_scores.topk(beam, dim=1)
+        finished_tokens = pool_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, step + 1))
+        if self.freezes:
+            frozen = self.done.unsqueeze(1)
+            finished_scores = torch.where(frozen, self.finished_scores, finished_scores)
+            finished_tokens = torch.where(frozen.unsqueeze(2), padded_finished, finished_tokens)
+        self.finished_scores, self.finished_tokens = finished_scores, finished_tokens
 
         # Alive: the best K candidates that did not end (stable: rank order among them kept).
         keep = (eos.long() * top_scores.size(1) + rank).argsort(dim=1)[:, :beam]
@@ -125,16 +139,34 @@ class _Search:
 
         # Early termination: no live hypothesis can beat the best finished one any more.
         bound = self.alive_scores.max(dim=1).values / self.lp_at_limit
-        return self.finished_scores[:, 0].ge(bound) | self.max_lengths.le(step)
+        self.done = (self.done | self.finished_scores[:, 0].ge(bound)
+                     | self.max_lengths.le(step))
 
-    def keep(self, rows: Tensor) -> None:
-        """Go on with sentences ``rows`` only (the others are done)."""
+    def take_done(self) -> dict[int, list[int]]:
+        """The best hypothesis (token ids, BOS dropped) of each sentence done, by its original
+        index; the others go on alone. One host read, two when a sentence is done."""
+        flags = self.done.tolist()
+        rows = [row for row, done in enumerate(flags) if done]
+        if not rows:
+            return {}
+        hypotheses = self.finished_tokens[torch.tensor(rows, device=self.done.device), 0,
+                                          1:].tolist()
+        taken = {self.sentences[row]: tokens for row, tokens in zip(rows, hypotheses, strict=True)}
+        if len(rows) == len(flags):
+            self.sentences = []  # every sentence done: none left to select
+        else:
+            self.keep([row for row, done in enumerate(flags) if not done])
+        return taken
+
+    def keep(self, kept: list[int]) -> None:
+        """Go on with the sentences of rows ``kept`` only (the others are done)."""
+        rows = torch.tensor(kept, dtype=torch.long, device=self.done.device)
         beam_rows = (rows.unsqueeze(1) * self.beam
                      + torch.arange(self.beam, device=rows.device)).reshape(-1)
-        self.sentences = self.sentences[rows]
+        self.sentences = [self.sentences[row] for row in kept]
         self.encoded = self.encoded.select(beam_rows)
         self.cache.reorder(beam_rows)
-        for name in ("max_lengths", "lp_at_limit", "alive_scores", "alive_tokens",
+        for name in ("done", "max_lengths", "lp_at_limit", "alive_scores", "alive_tokens",
                      "finished_scores", "finished_tokens"):
             setattr(self, name, getattr(self, name)[rows])
 
@@ -146,20 +178,22 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_length_offset: int = 50,
+    check_every: int = 1,
 ) -> list[list[int]]:
-    """The best hypothesis of each sentence, as token ids without BOS and EOS."""
+    """The best hypothesis of each sentence, as token ids without BOS and EOS; which sentences
+    are done is read every ``check_every`` steps (and at the last), the same translations
+    whatever its value."""
     model.eval()
     search = _Search(model, source, beam_size, alpha, max_length_offset,
-                     model.config.position_limit)
+                     model.config.position_limit, freezes=check_every > 1)
     best: list[list[int]] = [[] for _ in range(source.size(0))]
-    for step in range(1, int(search.max_lengths.max()) + 1):
-        done = search.advance(model, step)
-        if bool(done.any()):
-            for sentence, tokens in zip(search.sentences[done].tolist(),
-                                        search.finished_tokens[done, 0, 1:].tolist(),  # drop BOS
-                                        strict=True):
-                best[sentence] = [token for token in tokens if token not in (EOS, PAD)]
-            if bool(done.all()):
-                break
-            search.keep(torch.nonzero(~done).squeeze(1))
+    last = int(search.max_lengths.max())
+    for step in range(1, last + 1):
+        search.advance(model, step)
+        if step % check_every and step < last:
+            continue
+        for sentence, tokens in search.take_done().items():
+            best[sentence] = [token for token in tokens if token not in (EOS, PAD)]
+        if not search.size:
+            break
     return best

@@ -1,7 +1,8 @@
 """Translation of a text file with a trained checkpoint: sentencepiece -> beam search -> text.
 
-Sentences are sorted by length and decoded in batches of ``max_sentences_per_batch`` (batching
-similar lengths wastes little on padding); the output keeps the input's line order and has
+Sentences are sorted by length and decoded in batches of at most ``max_sentences_per_batch``
+sentences and ``max_tokens_per_batch`` cached positions (batching similar lengths wastes little
+on padding); the output keeps the input's line order and has
 exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.files`),
 and a translation holding a line break of its own is an error rather than a shifted file. An
 empty (or blank) source line gives an empty line, without running the model on it. Progress is
@@ -80,10 +81,7 @@ def translate_sentences(
     translations: list[str] = [""] * len(encoded)
     order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
                    key=lambda index: len(encoded[index]))
-    batches = [
-        order[start : start + decoding.max_sentences_per_batch]
-        for start in range(0, len(order), decoding.max_sentences_per_batch)
-    ]
+    batches = _batches(order, [len(ids) for ids in encoded], decoding)
     with StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress:
         for batch in batches:
             longest = max(len(encoded[index]) for index in batch)
@@ -96,11 +94,29 @@ def translate_sentences(
                 beam_size=decoding.beam_size,
                 alpha=decoding.length_penalty,
                 max_length_offset=decoding.max_length_offset,
+                check_every=decoding.check_every,
             )
             for index, tokens in zip(batch, hypotheses, strict=True):
                 translations[index] = processor.decode(tokens)
             progress.update(len(batch))
     return translations
+
+
+def _batches(order: list[int], lengths: list[int], decoding: DecodingConfig) -> list[list[int]]:
+    """``order`` (sentences by increasing length) cut into consecutive batches, each within
+    ``max_sentences_per_batch`` and ``max_tokens_per_batch``: a batch of n sentences whose longest
+    source has L pieces caches up to n x beam x (L + max_length_offset) positions. A sentence
+    over the token bound on its own is a batch of one."""
+    batches: list[list[int]] = []
+    for index in order:
+        positions = decoding.beam_size * (lengths[index] + decoding.max_length_offset)
+        if batches and (len(batches[-1]) < decoding.max_sentences_per_batch
+                        and (len(batches[-1]) + 1) * positions
+                        <= decoding.max_tokens_per_batch):
+            batches[-1].append(index)
+        else:
+            batches.append([index])
+    return batches
 
 
 def translate_file(

@@ -27,10 +27,12 @@ rule decode:
     params:
         experiment=experiment_file,
         # an edited beam size or penalty replans decoding; the bound on a source line does
-        # not: it changes no translation, it only refuses an input
+        # not: it changes no translation, it only refuses an input; nor does how often the
+        # search reads which sentences are done (the same translations, bit for bit). Batch
+        # sizes stay: they change float summation order, which may flip a near tie
         decoding=lambda wildcards: EXPERIMENTS[wildcards.dataset]
         .variant(wildcards.variant)
-        .decoding.model_dump_json(exclude={"max_source_pieces"}),
+        .decoding.model_dump_json(exclude={"max_source_pieces", "check_every"}),
     shell:
         "python -m reproduce decode --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --seed {wildcards.seed}"
