@@ -298,7 +298,7 @@ def launch_training(
             f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
             f"{error}"
         ) from error
-    if results[0] is None:
+    if results[0] is None and stop_after_steps is None:  # stopped early, not as asked
         raise TrainingStopped(
             f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
             f"(log: {job.paths.stderr})")
