@@ -92,6 +92,14 @@ def _children(pid: int) -> list[int]:
             for child in (thread / "children").read_text().split()]
 
 
+def _kill_with_descendants(snakemake: subprocess.Popen, below: list[int]) -> None:
+    """Whatever a case left running (Snakemake, the processes below it) killed and reaped."""
+    for pid in [snakemake.pid, *below]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    snakemake.wait()
+
+
 def _descendants(pid: int) -> list[int]:
     found = []
     for child in _children(pid):
@@ -157,10 +165,7 @@ def test_a_trainer_ends_with_the_snakemake_that_started_it(tmp_path, launcher, t
         print(f"{len(below)} processes below Snakemake ended "
               f"{time.monotonic() - killed:.1f} s after the kill")
     finally:
-        for pid in [snakemake.pid, *below]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        snakemake.wait()
+        _kill_with_descendants(snakemake, below)
     rank0_log = _rank0_log(workdir, folder, launcher)
     stopped = re.search(rf"training stopped at step (\d+) \(process {snakemake.pid}, which "
                         rf"started this training, exited\); its checkpoint resumes it", rank0_log)
@@ -235,10 +240,7 @@ def test_snakemake_told_to_stop_stops_its_training_and_a_plain_rerun_resumes(
         print(f"Snakemake and the {len(below)} processes below it ended "
               f"{time.monotonic() - sent:.1f} s after {signal.Signals(signum).name}")
     finally:
-        for pid in [snakemake.pid, *below]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        snakemake.wait()
+        _kill_with_descendants(snakemake, below)
     assert snakemake.returncode != 0, stderr[-3000:]
     reason = (rf"received {signal.Signals(signum).name}" if to_group
               else r"the workflow that started this training is stopping")
