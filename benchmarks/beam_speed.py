@@ -62,7 +62,7 @@ from reproduce.files import write_json
 from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.precision import device_name
-from profile_table import profile_lines
+from profile_table import beam_headline, profile_lines
 from trainer_speed import CPU_MODEL, ROOT, profile_runs, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
@@ -189,7 +189,7 @@ def main() -> None:
           f"sentences and {decoding.max_tokens_per_batch:,} positions a batch, done read every "
           f"{decoding.check_every} steps; {len(sources)} sentences, {source_tokens:,} source "
           f"tokens (EOS included), {generated:,} generated tokens in {seconds:.1f} s")
-    print(headline(figures))
+    print(beam_headline(figures))
     if args.profile:
         batch = sources[:decoding.max_sentences_per_batch]
         figures["profile"] = profile_runs(
@@ -198,16 +198,6 @@ def main() -> None:
         print("\n".join(profile_lines(figures["profile"])))
     if args.json:
         write_json(args.json, figures)
-
-
-def headline(figures: dict) -> str:
-    """The figures' line for BENCHMARKS.md: which lengths, and each decoding setting replaced."""
-    named = [f"{figures['lengths']} lengths",
-             *(f"{name}={value}" for name, value in figures["replaced"].items())]
-    return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
-            f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
-            f"{figures['sentences_per_second']:,.1f} sentences/s, "
-            f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
 if __name__ == "__main__":

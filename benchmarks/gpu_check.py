@@ -40,7 +40,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import profile_lines
+from profile_table import beam_headline, profile_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -295,7 +295,7 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
                              f"{row['target_tokens_per_second'] / 1000:,.1f}k target tok/s, "
                              f"exact MFU {_percent(row['mfu'], 'n/a (no known peak)')}")
         elif outcome.step.kind == "beam":
-            lines.append(_beam_headline(figures))
+            lines.append(beam_headline(figures))
         elif outcome.step.kind == "loss_memory":
             for ratio in figures["ratios"]:
                 lines.append(f"{device} loss (bf16 autocast: {figures['bf16']}, compiled "
@@ -303,16 +303,6 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
                              f"unfused peak memory "
                              f"{ratio['memory']:.2f}x, time {ratio['time']:.2f}x")
     return lines
-
-
-def _beam_headline(figures: dict) -> str:
-    """As beam_speed.py prints it: which lengths, and each decoding setting replaced."""
-    named = [f"{figures['lengths']} lengths",
-             *(f"{name}={value}" for name, value in figures["replaced"].items())]
-    return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
-            f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
-            f"{figures['sentences_per_second']:,.1f} sentences/s, "
-            f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
 def _machine_lines(machine: dict, mode: str, budget: float, spent: float) -> list[str]:

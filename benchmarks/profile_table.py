@@ -1,6 +1,6 @@
 """How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``), and
-``gpu_check.py``'s report shows it (standard library only: the report's process imports no
-torch)."""
+``beam_speed.py`` its figures' line, as ``gpu_check.py``'s report shows them (standard library
+only: the report's process imports no torch)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,14 @@ def profile_lines(profiled: dict) -> list[str]:
 
 def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def beam_headline(figures: dict) -> str:
+    """The figures' line of ``beam_speed.py`` (and BENCHMARKS.md): which lengths, and each
+    decoding setting replaced."""
+    named = [f"{figures['lengths']} lengths",
+             *(f"{name}={value}" for name, value in figures["replaced"].items())]
+    return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
+            f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
+            f"{figures['sentences_per_second']:,.1f} sentences/s, "
+            f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
