@@ -29,6 +29,15 @@ def wmt_like_lengths(pairs, seed=0):
     return source, target
 
 
+def wmt_like_corpus(folder, pairs, seed) -> EncodedCorpus:
+    """An encoded corpus of ``pairs`` random-token pairs (64 pieces) of WMT-like lengths."""
+    source, target = wmt_like_lengths(pairs, seed=seed)
+    rng = np.random.default_rng(0)
+    write_encoded(folder, 64, [(rng.integers(4, 64, s).tolist(), rng.integers(4, 64, t).tolist())
+                               for s, t in zip(source, target, strict=True)])
+    return EncodedCorpus.open(folder)
+
+
 def test_evaluation_batches_fit_the_padded_limit_and_hold_every_pair_once():
     rng = np.random.default_rng(0)
     source_lengths, target_lengths = rng.integers(1, 60, 1000), rng.integers(1, 60, 1000)

@@ -17,9 +17,9 @@ from reproduce.training.launch import launch_training
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.trainer import Trainer
-from tests.test_batching import wmt_like_lengths
+from tests.test_batching import wmt_like_corpus
 from tests.test_training import _key_bias_masks
-from tests.training_fixtures import TINY, ROOT, random_corpus, write_encoded
+from tests.training_fixtures import TINY, ROOT, random_corpus
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 TOLERANCE = 1e-5  # per parameter, one step after: float summation order, normalised by Adam
@@ -127,12 +127,7 @@ def test_recompiles_stay_bounded_over_hundreds_of_steps_of_wmt_length_data(tmp_p
     """Batch sizes and widths vary from pass to pass; widths are rounded to pad_to_multiple and
     torch.compile makes the sizes dynamic after its first recompile, so a few graphs serve every
     pass (counted on dynamo's eager backend: the graphs, not the kernels, are what recompiles)."""
-    source, target = wmt_like_lengths(3000, seed=1)
-    rng = np.random.default_rng(0)
-    write_encoded(tmp_path / "wmt", 64, [(rng.integers(4, 64, s).tolist(),
-                                          rng.integers(4, 64, t).tolist())
-                                         for s, t in zip(source, target, strict=True)])
-    corpus = EncodedCorpus.open(tmp_path / "wmt")
+    corpus = wmt_like_corpus(tmp_path / "wmt", 3000, seed=1)
     variant = tiny_base(max_tokens_per_device=2048)
     config = variant.model.model_copy(update={"layers": 1, "d_model": 16, "d_ff": 32,
                                               "heads": 2, "d_k": 8, "d_v": 8})

@@ -21,9 +21,9 @@ from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.trainer import NonFiniteLossError, Trainer
-from tests.test_batching import wmt_like_lengths
+from tests.test_batching import wmt_like_corpus
 from tests.test_training import _key_bias_masks
-from tests.training_fixtures import ROOT, TINY, random_corpus, small_variant, write_encoded
+from tests.training_fixtures import ROOT, TINY, random_corpus, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # what step_shapes.py imports beside it, as a script
@@ -143,12 +143,7 @@ def test_pass_shapes_are_few_bounded_and_hold_their_passes(tmp_path):
     """A WMT-like length distribution in 25k-token steps on one rank, as one pass a step: every
     pass fits its shape, each size within a factor of its pass's (tokens within a quantum),
     and the shapes are few."""
-    source, target = wmt_like_lengths(40_000, seed=2)
-    rng = np.random.default_rng(0)
-    write_encoded(tmp_path / "wmt", 64, [(rng.integers(4, 64, s).tolist(),
-                                          rng.integers(4, 64, t).tolist())
-                                         for s, t in zip(source, target, strict=True)])
-    corpus = EncodedCorpus.open(tmp_path / "wmt")
+    corpus = wmt_like_corpus(tmp_path / "wmt", 40_000, seed=2)
     stream = MicroBatchStream(corpus, 25_000, 8, 256, seed=1)
     max_tokens, quantum = 32_768, 32_768 // TOKEN_QUANTA
     shapes, real, computed = set(), 0, 0
