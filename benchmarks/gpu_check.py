@@ -30,6 +30,7 @@ inputs, no compilation, a minute or two on a CPU, so that the command is tested 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import signal
@@ -90,7 +91,7 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
     """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
     pytest = Step("pytest-gpu", "pytest -m gpu", "pytest",
                   ["-m", "pytest", "-m", "gpu", "-ra", "-v", "--durations=20", "-p",
-                   "no:cacheprovider", "tests/test_gpu.py",
+                   "no:cacheprovider", "tests/test_gpu.py", "tests/test_packed_attention.py",
                    f"--junitxml={junit_file(logs, 'pytest-gpu')}"],
                   cap_seconds=240)
     if not cuda:
@@ -103,15 +104,23 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                                     "trained", "--check-every", "4"], 90, "trained-check4"),
                 _loss_memory(logs, "loss memory, fused vs unfused",
                              ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
-                              "1"])]
+                              "1"]),
+                _attention(logs, ["--tokens", "256", "--repeats", "1"]),
+                _trainer(logs, "cpu", [*trainer, "--max-tokens-per-device", "1000"], 120,
+                         variant="1k")]
     # 100,000 pairs hold ~110 steps of 25k tokens: no step count below re-reads the corpus.
     base = ["--pairs", "100000", "--steps", "40", "--log-every", "10", "--precision", "bf16",
             "--profile", "4"]
     big = ["--pairs", "100000", "--steps", "24", "--log-every", "6", "--precision", "bf16",
            "--profile", "3"]
+    # One pass of a 25k-token step (passes are bounded by real tokens): its peak memory.
+    one_pass = ["--max-tokens-per-device", "32768"]
     return [pytest,
+            _attention(logs, []),
             _trainer(logs, "base", base, 90),
             _trainer(logs, "big", big, 120),
+            _trainer(logs, "base", [*base, *one_pass], 90, variant="32k"),
+            _trainer(logs, "big", [*big, *one_pass], 120, variant="32k"),
             _beam(logs, "base", ["--profile"], 90),
             _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
@@ -139,10 +148,12 @@ def junit_file(logs: Path, name: str) -> Path:
 
 
 def _trainer(logs: Path, size: str, options: list[str], cap: float,
-             compiled: bool = False) -> Step:
+             compiled: bool = False, variant: str = "") -> Step:
     how = "compiled" if compiled else "eager"
-    name = f"trainer-{size}-{how}"
-    return Step(name, f"trainer, {size}, {how}", "trainer",
+    name, title = f"trainer-{size}-{how}", f"trainer, {size}, {how}"
+    if variant:
+        name, title = f"{name}-{variant}", f"{title}, {variant}"
+    return Step(name, title, "trainer",
                 [str(BENCHMARKS / "trainer_speed.py"), "--size", size, *options,
                  *(["--compile"] if compiled else []), "--json",
                  str(figures_file(logs, name))], cap, compiled)
@@ -155,6 +166,12 @@ def _beam(logs: Path, size: str, options: list[str], cap: float, variant: str = 
     return Step(name, title, "beam",
                 [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options, "--json",
                  str(figures_file(logs, name))], cap)
+
+
+def _attention(logs: Path, options: list[str]) -> Step:
+    return Step("varlen-attention", "attention, padded vs varlen", "attention",
+                [str(BENCHMARKS / "varlen_attention.py"), *options, "--json",
+                 str(figures_file(logs, "varlen-attention"))], cap_seconds=60)
 
 
 def _loss_memory(logs: Path, title: str, options: list[str]) -> Step:
@@ -261,6 +278,7 @@ def read_pytest(step: Step, logs: Path) -> dict:
 
 JUNIT_OUTCOMES = {"failure": "FAILED", "error": "ERROR", "skipped": "SKIPPED"}
 READERS = {"trainer": read_json_figures, "beam": read_json_figures,
+           "attention": read_json_figures,
            "loss_memory": read_json_figures, "pytest": read_pytest}
 
 
@@ -327,7 +345,9 @@ def _figure_lines(outcome: Outcome) -> list[str]:
         lines = [f"{figures['steps']} steps in {figures['precision']}, mean tokens per step "
                  f"{figures['mean_source_tokens_per_step']:.0f} source / "
                  f"{figures['mean_target_tokens_per_step']:.0f} target, padding "
-                 f"{100 * figures['padding']:.1f}%", "",
+                 f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
+                 f"{figures['max_tokens_per_device']}, {figures['passes_per_step']:.2f} passes a "
+                 f"step, peak memory {_mib(figures['peak_memory_mib'])}", "",
                  "| window ends at step | target tok/s | model TFLOP/s | MFU |",
                  "|---|---|---|---|"]
         lines += [f"| {w['step']} | {w['target_tokens_per_second']:,.0f} | "
@@ -341,10 +361,30 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                 f" {figures['sentences_per_second']:,.1f} sentences/s, "
                 f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",
                 *_profile(figures)]
+    if kind == "attention":
+        return _attention_lines(figures)
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
     lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "
               f"{r['seconds']:.3f} |" for r in figures["rows"]]
+    return lines
+
+
+def _mib(value: float | None) -> str:
+    return f"{value:,.0f} MiB" if value is not None else "n/a"
+
+
+def _attention_lines(figures: dict) -> list[str]:
+    lines = ["| pass tokens | size | attention | padded cells / token | padded ms | varlen ms | "
+             "padded / varlen peak MiB | varlen error (padded's) |", "|---|---|---|---|---|---|---|---|"]
+    for r in figures["rows"]:
+        varlen = (f"{r['varlen_ms']:.2f} | {r['padded_peak_mib']:,.0f} / "
+                  f"{r['varlen_peak_mib']:,.0f} | {r['varlen_error']:.1e} "
+                  f"({r['padded_error']:.1e})" if "varlen_ms" in r
+                  else f"n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)")
+        lines.append(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | "
+                     f"{r['padded_queries'] / r['query_tokens']:.2f} | {r['padded_ms']:.2f} | "
+                     f"{varlen} |")
     return lines
 
 
@@ -387,6 +427,9 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable, help="the python the steps run with")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_SECONDS,
                         help="seconds for every step together (the report included)")
+    parser.add_argument("--only", nargs="+", metavar="PATTERN",
+                        help="run only the steps whose names match one of these glob patterns "
+                             "(e.g. 'trainer-*-32k' 'pytest-gpu'), in the plan's order")
     args = parser.parse_args()
     started = time.monotonic()
     logs = args.outdir / "logs"
@@ -395,6 +438,8 @@ def main() -> None:
     mode = "gpu" if machine["cuda"] else "cpu smoke (no CUDA: reduced model, tiny inputs)"
     outcomes = []
     for step in plan(machine["cuda"], logs):
+        if args.only and not any(fnmatch.fnmatch(step.name, p) for p in args.only):
+            continue
         left = args.budget - REPORT_SECONDS - (time.monotonic() - started)
         outcome = run_step(step, args.python, logs, left)
         print(f"gpu-check: {step.title}: {outcome.status} ({outcome.seconds:.0f} s)", flush=True)

@@ -82,13 +82,17 @@ def write_synthetic_corpus(directory: Path, pairs: int, vocab: int, seed: int) -
 
 
 def variant_for(experiment: Experiment, size: str, steps: int, log_every: int,
-                compile_model: bool, precision: str | None, tokens_per_step: int | None):
+                compile_model: bool, precision: str | None, tokens_per_step: int | None,
+                max_tokens_per_device: int | None = None, pass_buckets: bool = False):
     variant = experiment.variant("big" if size == "big" else "base")
     model = variant.model.model_copy(update=CPU_MODEL) if size == "cpu" else variant.model
     training = variant.training.model_copy(update={
         "steps": steps, "log_every_steps": log_every, "eval_every_steps": 10 * steps,
         "compile": compile_model, "precision": precision or variant.training.precision,
         "tokens_per_step": tokens_per_step or variant.training.tokens_per_step,
+        "max_tokens_per_device": (max_tokens_per_device
+                                  or variant.training.max_tokens_per_device),
+        "pass_buckets": pass_buckets,
         "checkpoints": variant.training.checkpoints.model_copy(update={"every_steps": steps}),
     })
     return variant.model_copy(update={"model": model, "training": training})
@@ -107,6 +111,10 @@ def main() -> None:
                         help="default: the config's")
     parser.add_argument("--tokens-per-step", type=int,
                         help="default: the config's 25,000 (CPUs: fewer)")
+    parser.add_argument("--max-tokens-per-device", type=int,
+                        help="tokens of a device pass (default: the config's)")
+    parser.add_argument("--pass-buckets", action="store_true",
+                        help="training.pass_buckets: passes of few shapes")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
                         help="then profile K more steps (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -120,9 +128,12 @@ def main() -> None:
         print(f"synthetic corpus: {args.pairs} pairs in {time.perf_counter() - started:.0f} s")
         experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
         variant = variant_for(experiment, args.size, args.steps, args.log_every, args.compile,
-                              args.precision, args.tokens_per_step)
+                              args.precision, args.tokens_per_step,
+                              args.max_tokens_per_device, args.pass_buckets)
         trainer = Trainer(variant, experiment, train, dev, folder / "run")
         summary = trainer.run()
+        peak_mib = (torch.cuda.max_memory_allocated() / 2**20
+                    if trainer.device.type == "cuda" else None)
         windows = read_records(trainer.records.metrics_path)
         windows = [row for row in windows if "target_tokens_per_second" in row]
         profiled = (profile_runs(trainer._train_step, args.profile, "step",
@@ -130,13 +141,19 @@ def main() -> None:
                     if args.profile else None)
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
+    figures.update(peak_memory_mib=peak_mib, pass_buckets=args.pass_buckets,
+                   max_tokens_per_device=variant.training.max_tokens_per_device,
+                   passes_per_step=summary.get("mean_passes_per_step"))
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, size: {args.size}, precision: {figures['precision']} "
           f"(training.precision: {variant.training.precision}), compile: {args.compile}")
     print(f"steps: {figures['steps']}, mean tokens per step: "
           f"{figures['mean_source_tokens_per_step']:.0f} source, "
           f"{figures['mean_target_tokens_per_step']:.0f} target; padding "
-          f"{100 * figures['padding']:.1f}%")
+          f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
+          f"{figures['max_tokens_per_device']}, pass_buckets {args.pass_buckets}, passes per step "
+          f"{figures['passes_per_step']}, peak memory "
+          + (f"{peak_mib:,.0f} MiB" if peak_mib is not None else "n/a"))
     print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")
     for row in figures["windows"]:
         mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"

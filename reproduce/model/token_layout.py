@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import torch
 from torch import Tensor
 
 from reproduce.special_tokens import PAD
@@ -45,6 +46,12 @@ class TokenLayout:
     @property
     def length(self) -> int:
         return self.padding.size(1)
+
+    def cumulative_lengths(self) -> Tensor:
+        """``[B + 1]`` int32: where each sentence's tokens begin among the ``N`` (and ``N`` last),
+        as varlen attention takes them (``cu_seqlens``); computed on the device, no sync."""
+        lengths = self.padding.logical_not().sum(1, dtype=torch.int32)
+        return torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
 
     def positions(self) -> Tensor:
         """``[N]``: each token's position within its sentence (0 for the first)."""

@@ -1,0 +1,188 @@
+"""Attention over a training pass, padded (SDPA on ``[B, h, T, d]``) against varlen (flash on the
+packed ``[N, h, d]`` tokens): time forward+backward, peak memory, and how far varlen is from the
+padded reference (reproduce.model.packed_attention).
+
+A pass is built as the trainer builds one: WMT-like lengths (log-normal around 26 tokens, targets
+about 1.05x their source), sorted into micro-batches of ~3,100 tokens (the paper's 25k-token step
+over 8), micro-batches drawn at random until the pass holds ``--tokens`` target tokens; so the
+padded batch is as wide as the pass's longest sentence. For each of encoder self-attention,
+decoder (causal) self-attention and encoder-decoder attention, at the widths of base (h 8) and big
+(h 16), d_k = d_v = 64, bf16: median milliseconds of forward+backward over ``--repeats`` runs
+(CUDA events, after warm-up), peak extra memory, and ||varlen - padded|| / ||padded|| (both
+against a float32 computation of the same bf16 inputs). Without CUDA (or without the varlen API)
+only the padded path runs, on a small pass, and its output is checked against each sentence
+attended alone in float64.
+
+    python benchmarks/varlen_attention.py --tokens 16384 32768 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from reproduce.model.packed_attention import attend_packed, attend_padded, varlen_available
+from reproduce.model.token_layout import TokenLayout
+
+MICRO_BATCH_TOKENS = 3_100
+WIDTHS = {"base": 8, "big": 16}  # heads; d_k = d_v = 64
+KINDS = ("encoder", "decoder", "cross")
+
+
+def pass_lengths(rng: np.random.Generator, tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths of one pass of about ``tokens`` target tokens."""
+    sources = np.clip(rng.lognormal(np.log(26), 0.6, 200_000).astype(int), 1, 200)
+    targets = np.clip((sources * rng.normal(1.05, 0.15, sources.size)).astype(int), 1, 200)
+    order = np.argsort(targets, kind="stable")
+    micro, start = [], 0
+    while start < order.size:
+        end = start + 1
+        while end < order.size and (end - start + 1) * targets[order[end]] <= MICRO_BATCH_TOKENS:
+            end += 1
+        micro.append(order[start:end])
+        start = end
+    chosen, total = [], 0
+    for index in rng.permutation(len(micro)):
+        if total >= tokens:
+            break
+        chosen.append(micro[index])
+        total += int(targets[micro[index]].sum())
+    rows = np.concatenate(chosen)
+    return sources[rows], targets[rows]
+
+
+def layout_of(lengths: np.ndarray, device: torch.device) -> TokenLayout:
+    width = int(lengths.max())
+    padding = torch.arange(width)[None, :] >= torch.as_tensor(lengths)[:, None]
+    return TokenLayout(padding.to(device))
+
+
+def reference_float64(q, k, v, queries: TokenLayout, keys: TokenLayout, causal: bool):
+    """Each sentence attended alone, in float64: eq. 1 written out."""
+    q_lengths = (~queries.padding).sum(1).tolist()
+    k_lengths = (~keys.padding).sum(1).tolist()
+    out, qs, ks = [], 0, 0
+    for n, m in zip(q_lengths, k_lengths):
+        qi, ki, vi = (x.double().transpose(0, 1) for x in (q[qs:qs + n], k[ks:ks + m],
+                                                           v[ks:ks + m]))  # [h, n|m, d]
+        scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float("-inf"))
+        out.append((scores.softmax(-1) @ vi).transpose(0, 1))
+        qs, ks = qs + n, ks + m
+    return torch.cat(out)
+
+
+def timed(run, repeats: int, cuda: bool) -> tuple[float, float]:
+    """Median milliseconds of ``run()`` and its peak extra memory in MiB (CUDA; 0 on a CPU)."""
+    for _ in range(3):
+        run()
+    times = []
+    if cuda:
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            run()
+            times.append(1e3 * (time.perf_counter() - began))
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else 0.0
+    return statistics.median(times), peak
+
+
+def measure(kind: str, heads: int, sources, targets, repeats: int, device, dtype) -> dict:
+    cuda = device.type == "cuda"
+    source_layout, target_layout = layout_of(sources, device), layout_of(targets, device)
+    queries = source_layout if kind == "encoder" else target_layout
+    keys = target_layout if kind == "decoder" else source_layout
+    causal = kind == "decoder"
+    n, m = int(queries.cumulative_lengths()[-1]), int(keys.cumulative_lengths()[-1])
+    q = torch.randn(n, heads, 64, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(m, heads, 64, device=device, dtype=dtype, requires_grad=True)
+    v = torch.randn(m, heads, 64, device=device, dtype=dtype, requires_grad=True)
+    grad = torch.randn(n, heads, 64, device=device, dtype=dtype)
+    row = {"kind": kind, "heads": heads, "sentences": len(sources), "query_tokens": n,
+           "key_tokens": m, "padded_queries": queries.padding.numel(),
+           "padded_keys": keys.padding.numel()}
+
+    def forward_backward(varlen: bool):
+        def run():
+            out = attend_packed(q, k, v, queries, keys, causal, varlen)
+            out.backward(grad)
+            q.grad = k.grad = v.grad = None
+        return run
+
+    row["padded_ms"], row["padded_peak_mib"] = timed(forward_backward(False), repeats, cuda)
+    with torch.no_grad():
+        padded = attend_padded(q, k, v, queries, keys, causal).float()
+        if varlen_available(q):
+            row["varlen_ms"], row["varlen_peak_mib"] = timed(forward_backward(True), repeats,
+                                                             cuda)
+            exact = attend_padded(q.float(), k.float(), v.float(), queries, keys, causal)
+            varlen = attend_packed(q, k, v, queries, keys, causal, True).float()
+            row["varlen_error"] = float((varlen - exact).norm() / exact.norm())
+            row["padded_error"] = float((padded - exact).norm() / exact.norm())
+            row["varlen_nan"] = bool(varlen.isnan().any())
+        else:
+            exact = reference_float64(q, k, v, queries, keys, causal)
+            row["padded_error"] = float((padded.double() - exact).norm() / exact.norm())
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[16_384, 32_768])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    probe = torch.zeros(1, device=device, dtype=dtype)
+    print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
+          f"{dtype}, varlen available: {varlen_available(probe)}")
+    rows = []
+    for tokens in args.tokens:
+        sources, targets = pass_lengths(np.random.default_rng(tokens), tokens)
+        for size, heads in WIDTHS.items():
+            for kind in KINDS:
+                row = {"tokens": tokens, "size": size,
+                       **measure(kind, heads, sources, targets, args.repeats, device, dtype)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print("\n| pass tokens | size | attention | padded cells / tokens | padded ms | varlen ms | "
+          "speed-up | peak MiB padded / varlen | varlen error (padded's) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        cells = r["padded_queries"] / r["query_tokens"]
+        if "varlen_ms" in r:
+            varlen = (f"{r['varlen_ms']:.2f} | {r['padded_ms'] / r['varlen_ms']:.2f}x | "
+                      f"{r['padded_peak_mib']:,.0f} / {r['varlen_peak_mib']:,.0f} | "
+                      f"{r['varlen_error']:.1e} ({r['padded_error']:.1e})")
+        else:
+            varlen = f"n/a | n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)"
+        print(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | {cells:.2f} | "
+              f"{r['padded_ms']:.2f} | {varlen} |")
+    if args.json:
+        args.json.write_text(json.dumps({"benchmark": "varlen_attention", "cuda": cuda,
+                                         "torch": torch.__version__, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

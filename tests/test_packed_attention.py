@@ -1,0 +1,84 @@
+"""Attention over packed sentences (reproduce.model.packed_attention): each sentence attends only
+to itself, as if run alone (eq. 1 in float64); the varlen kernel, on a GPU, computes the same."""
+
+import pytest
+import torch
+
+from reproduce.model.packed_attention import attend_packed, attend_padded, varlen_available
+from reproduce.model.token_layout import TokenLayout
+
+
+def _layout(lengths, device="cpu"):
+    padding = torch.arange(max(lengths))[None, :] >= torch.tensor(lengths)[:, None]
+    return TokenLayout(padding.to(device))
+
+
+def _alone(q, k, v, q_lengths, k_lengths, causal):
+    """Eq. 1 for each sentence on its own, in float64."""
+    out, qs, ks = [], 0, 0
+    for n, m in zip(q_lengths, k_lengths):
+        qi, ki, vi = (x.double().transpose(0, 1)
+                      for x in (q[qs:qs + n], k[ks:ks + m], v[ks:ks + m]))  # [h, n|m, d]
+        scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float("-inf"))
+        out.append((scores.softmax(-1) @ vi).transpose(0, 1))
+        qs, ks = qs + n, ks + m
+    return torch.cat(out)
+
+
+CASES = [("encoder", [5, 1, 9, 3], [5, 1, 9, 3], False),
+         ("decoder", [4, 7, 2, 6], [4, 7, 2, 6], True),
+         ("cross", [4, 7, 2, 6], [5, 1, 9, 3], False)]
+
+
+@pytest.mark.parametrize(("kind", "q_lengths", "k_lengths", "causal"), CASES)
+def test_padded_attention_equals_each_sentence_alone_in_float64(kind, q_lengths, k_lengths,
+                                                                 causal):
+    torch.manual_seed(0)
+    q = torch.randn(sum(q_lengths), 3, 8, dtype=torch.float64)
+    k = torch.randn(sum(k_lengths), 3, 8, dtype=torch.float64)
+    v = torch.randn(sum(k_lengths), 3, 5, dtype=torch.float64)
+    out = attend_padded(q, k, v, _layout(q_lengths), _layout(k_lengths), causal)
+    assert out.shape == (sum(q_lengths), 3, 5)
+    torch.testing.assert_close(out, _alone(q, k, v, q_lengths, k_lengths, causal), rtol=0,
+                               atol=1e-12)
+
+
+def test_the_cumulative_lengths_are_where_each_sentence_begins():
+    assert _layout([5, 1, 9, 3]).cumulative_lengths().tolist() == [0, 5, 6, 15, 18]
+    assert _layout([5, 1, 9, 3]).cumulative_lengths().dtype == torch.int32
+
+
+def test_without_cuda_varlen_falls_back_to_the_padded_reference():
+    q = torch.randn(6, 2, 4)
+    assert not varlen_available(q)
+    layout = _layout([2, 4])
+    torch.testing.assert_close(attend_packed(q, q, q, layout, layout, False, varlen=True),
+                               attend_padded(q, q, q, layout, layout, False), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("kind", "q_lengths", "k_lengths", "causal"), CASES)
+def test_varlen_attention_on_the_gpu_follows_the_padded_reference(kind, q_lengths, k_lengths,
+                                                                  causal):
+    """bf16 flash over packed tokens against float32 padded SDPA of the same inputs, forward and
+    backward, with Q, K, V as the model hands them over: views into one fused projection."""
+    torch.manual_seed(0)
+    queries, keys = _layout(q_lengths, "cuda"), _layout(k_lengths, "cuda")
+    heads, d = 8, 64
+    fused_q = torch.randn(sum(q_lengths), 3 * heads * d, device="cuda", dtype=torch.bfloat16)
+    fused_k = torch.randn(sum(k_lengths), 3 * heads * d, device="cuda", dtype=torch.bfloat16)
+    q = fused_q[:, :heads * d].view(-1, heads, d).requires_grad_()
+    k = fused_k[:, heads * d:2 * heads * d].view(-1, heads, d).requires_grad_()
+    v = fused_k[:, 2 * heads * d:].view(-1, heads, d).requires_grad_()
+    assert varlen_available(q)
+    grad = torch.randn(sum(q_lengths), heads, d, device="cuda", dtype=torch.bfloat16)
+    out = attend_packed(q, k, v, queries, keys, causal, varlen=True)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    exact = attend_padded(*leaves, queries, keys, causal)
+    exact_grads = torch.autograd.grad(exact, leaves, grad.float())
+    for got, want in ((out, exact), *zip(grads, exact_grads)):
+        assert not got.isnan().any()
+        assert float((got.float() - want).norm() / want.norm()) < 1e-2
