@@ -106,8 +106,8 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                              ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
                               "1"]),
                 _attention(logs, ["--tokens", "256", "--repeats", "1"]),
-                _trainer(logs, "cpu", [*trainer, "--max-tokens-per-device", "1000"], 120,
-                         variant="1k")]
+                _trainer(logs, "cpu", [*trainer, "--max-tokens-per-device", "1000",
+                                       "--attention", "varlen"], 120, variant="1k-varlen")]
     # 100,000 pairs hold ~110 steps of 25k tokens: no step count below re-reads the corpus.
     base = ["--pairs", "100000", "--steps", "40", "--log-every", "10", "--precision", "bf16",
             "--profile", "4"]
@@ -121,6 +121,10 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "big", big, 120),
             _trainer(logs, "base", [*base, *one_pass], 90, variant="32k"),
             _trainer(logs, "big", [*big, *one_pass], 120, variant="32k"),
+            _trainer(logs, "base", [*base, *one_pass, "--attention", "varlen"], 90,
+                     variant="32k-varlen"),
+            _trainer(logs, "big", [*big, *one_pass, "--attention", "varlen"], 120,
+                     variant="32k-varlen"),
             _beam(logs, "base", ["--profile"], 90),
             _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
@@ -134,7 +138,9 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
             # first 20 steps
             _trainer(logs, "base", base, 170, compiled=True),
-            _trainer(logs, "big", big, 200, compiled=True)]
+            _trainer(logs, "big", big, 200, compiled=True),
+            _trainer(logs, "base", [*base, *one_pass, "--attention", "varlen"], 170,
+                     compiled=True, variant="32k-varlen")]
 
 
 def figures_file(logs: Path, name: str) -> Path:

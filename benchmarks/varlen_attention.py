@@ -128,11 +128,11 @@ def measure(kind: str, heads: int, sources, targets, repeats: int, device, dtype
         return run
 
     row["padded_ms"], row["padded_peak_mib"] = timed(forward_backward(False), repeats, cuda)
+    if varlen_available(q):
+        row["varlen_ms"], row["varlen_peak_mib"] = timed(forward_backward(True), repeats, cuda)
     with torch.no_grad():
         padded = attend_padded(q, k, v, queries, keys, causal).float()
         if varlen_available(q):
-            row["varlen_ms"], row["varlen_peak_mib"] = timed(forward_backward(True), repeats,
-                                                             cuda)
             exact = attend_padded(q.float(), k.float(), v.float(), queries, keys, causal)
             varlen = attend_packed(q, k, v, queries, keys, causal, True).float()
             row["varlen_error"] = float((varlen - exact).norm() / exact.norm())

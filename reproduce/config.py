@@ -406,6 +406,15 @@ class TrainingConfig(Strict):
                     "it saves there). The weights do not depend on it beyond float summation "
                     "order.")
 
+    attention: Literal["auto", "padded", "varlen"] = Field(
+        default="auto",
+        description="How attention runs over a pass's sentences: padded (SDPA on a right-padded "
+                    "batch under a key mask, on every device and precision) or varlen (flash "
+                    "attention over the packed tokens with their sentence offsets: no padding "
+                    "cells, no mask; CUDA in bf16 or fp16, padded elsewhere). Both compute eq. 1 "
+                    "within each sentence. auto = padded until varlen is measured through the "
+                    "trainer on a GPU.")
+
     @model_validator(mode="after")
     def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":
         if self.max_tokens_per_device < self.max_source_tokens:

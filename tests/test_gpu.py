@@ -23,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 from reproduce.config import ModelConfig
 from reproduce.errors import ConfigError
 from reproduce.experiment_file import load_experiment
+from reproduce.files import read_records
 from reproduce.decoding.beam_search import beam_search
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, PAD
@@ -120,7 +121,7 @@ def _fp16_trainer_overflowing_at_first(variant, corpora, folder) -> Trainer:
 def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     """On the GPU Adam is fused: the scaler hands it the overflow flag, and the kernel itself
     skips the update and leaves Adam's step count as it was."""
-    variant = small_variant(steps=12, dropout=0.1, precision="fp16")
+    variant = small_variant(steps=12, dropout=0.1, precision="fp16", compile=False)
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "straight").run()
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "resumed").run(
         stop_after_steps=6)
@@ -296,10 +297,11 @@ def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpor
     copies its totals (loss, padding, passes, a non-finite gradient) into pinned host memory
     behind them, which the trainer reads once the next step is queued. Under
     ``set_sync_debug_mode("error")`` the first synchronising call would raise. With
-    ``training.pass_buckets`` and without."""
-    for buckets in (False, True):
-        trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets),
-                          TINY, *corpora, tmp_path / str(buckets))
+    ``training.pass_buckets`` and without, and with varlen attention."""
+    for buckets, attention in ((False, "padded"), (True, "padded"), (False, "varlen")):
+        trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets,
+                                              attention=attention),
+                          TINY, *corpora, tmp_path / f"{buckets}-{attention}")
         for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
             trainer._train_step().outcome()
         torch.cuda.synchronize()
@@ -311,6 +313,26 @@ def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpor
         assert queued.readings.is_pinned()
         outcome = queued.outcome()
         assert outcome.gradient_finite and outcome.loss > 0, buckets
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile_model", [False, True])
+def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, tmp_path,
+                                                                        compile_model):
+    """The same bf16 training (base widths, dropout 0.1) with attention over packed tokens and
+    over the padded batch: the losses of every logged step agree as bf16 training allows."""
+    losses = {}
+    for attention in ("padded", "varlen"):
+        variant = _base_width_variant(steps=20, precision="bf16", attention=attention)
+        variant = variant.model_copy(update={"training": variant.training.model_copy(
+            update={"compile": compile_model})})
+        trainer = Trainer(variant, TINY, *corpora, tmp_path / attention)
+        trainer.run()
+        losses[attention] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
+                             if "train_loss" in row]
+    assert len(losses["varlen"]) == len(losses["padded"]) >= 5
+    for padded, varlen in zip(losses["padded"], losses["varlen"]):
+        assert abs(varlen - padded) / padded < 0.02, losses
 
 
 # -- data parallelism ---------------------------------------------------------------------------

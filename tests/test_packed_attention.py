@@ -82,3 +82,20 @@ def test_varlen_attention_on_the_gpu_follows_the_padded_reference(kind, q_length
     for got, want in ((out, exact), *zip(grads, exact_grads)):
         assert not got.isnan().any()
         assert float((got.float() - want).norm() / want.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("radius", [None, 2])
+def test_the_model_on_packed_tokens_equals_the_model_on_the_padded_batch_in_float64(radius):
+    """Teacher-forced decoder states with ``varlen`` asked for (on a CPU: the packed layers' code
+    around the padded reference) against the padded batch's code path; a band (restricted
+    self-attention) keeps the padded form."""
+    from reproduce.training.teacher_forcing import TeacherForcedStates
+    from tests.test_model import random_tokens, tiny_model
+
+    model = tiny_model(attention_radius=radius).double()
+    source, target = random_tokens(4, 9, seed=1), random_tokens(4, 7, seed=2)
+    source[1, 3:], source[3, 6:], target[0, 2:], target[2, 5:] = 0, 0, 0, 0
+    indexes = TokenLayout.of(source).index, TokenLayout.of(target).index
+    states = {varlen: TeacherForcedStates(model, varlen_attention=varlen)(source, target, *indexes)
+              for varlen in (False, True)}
+    torch.testing.assert_close(states[True], states[False], rtol=0, atol=1e-12)

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from reproduce.model.dropout import AttentionDropout
+from reproduce.model.packed_attention import attend_packed
 from reproduce.model.token_layout import TokenLayout
 
 ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -65,6 +66,8 @@ def band_mask(queries: int, keys: int, radius: int, causal: bool, offset: int = 
 class _HeadsAttention(nn.Module):
     """Shared part: split heads, attend, merge heads, output projection W^O."""
 
+    radius: int | None = None  # restricted self-attention's band (SelfAttention)
+
     def __init__(self, d_model: int, heads: int, d_k: int, d_v: int, dropout: float):
         super().__init__()
         self.heads, self.d_k, self.d_v = heads, d_k, d_v
@@ -76,6 +79,19 @@ class _HeadsAttention(nn.Module):
     def _split(self, x: Tensor, size: int) -> Tensor:  # [B, T, h*size] -> [B, h, T, size]
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, size).transpose(1, 2)
+
+    def _packs(self, layout: TokenLayout | None) -> bool:
+        """Whether a whole-sequence pass over ``layout`` runs on packed tokens (its ``varlen``
+        asks so), rather than on the padded batch: not where attention dropout or a band needs
+        the weights or masks of the padded form."""
+        return (layout is not None and layout.varlen and not self.dropout.active()
+                and self.radius is None)
+
+    def _packed_heads(self, projected: Tensor, size: int) -> Tensor:  # [N, h*size] -> [N, h, size]
+        return projected.view(projected.size(0), self.heads, size)
+
+    def _output_packed(self, context: Tensor) -> Tensor:  # [N, h, d_v] -> [N, d_model]
+        return self.output(context.reshape(context.size(0), self.heads * self.d_v))
 
     def _batched(self, projected: Tensor, layout: TokenLayout | None) -> Tensor:
         """A projection ``[N, ...]`` of a layout's tokens as ``[B, T, ...]`` (as is without one)."""
@@ -130,6 +146,12 @@ class SelfAttention(_HeadsAttention):
     ) -> Tensor:
         """Keys at padding are masked, except under ``causal``: right padding follows every real
         query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
+        if cache is None and self._packs(layout):
+            q, k, v = self.qkv(x).split(self.sizes, dim=-1)  # [N, h*d] each
+            context = attend_packed(self._packed_heads(q, self.d_k), self._packed_heads(k, self.d_k),
+                                    self._packed_heads(v, self.d_v), layout, layout, causal,
+                                    varlen=True)
+            return self._output_packed(context)
         q, k, v = self._heads(x, layout)
         if cache is None:
             return self._attend(q, k, v, *self._whole_sequence_masks(layout, causal, q.size(2)),
@@ -204,6 +226,12 @@ class CrossAttention(_HeadsAttention):
         memory_layout: TokenLayout,  # where those M tokens are in the [B, S] source batch
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
+        if cache is None and self._packs(layout):
+            k, v = self.kv(memory).split(self.kv_sizes, dim=-1)  # [M, h*d] each
+            context = attend_packed(self._packed_heads(self.query(x), self.d_k),
+                                    self._packed_heads(k, self.d_k), self._packed_heads(v, self.d_v),
+                                    layout, memory_layout, False, varlen=True)
+            return self._output_packed(context)
         q = self._split(self._batched(self.query(x), layout), self.d_k)
         if cache is not None and "keys" in cache:
             k, v = cache["keys"], cache["values"]  # computed once per sentence

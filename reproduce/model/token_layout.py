@@ -27,17 +27,19 @@ from reproduce.special_tokens import PAD
 class TokenLayout:
     """The tokens of a ``[B, T]`` batch: its padding mask and the tokens' flat positions."""
 
-    def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None):
+    def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
+                 varlen: bool = False):
         self.padding = padding  # [B, T], True at PAD
         self.noise = noise  # [N] int64: the tokens' dropout keys (training), or None
+        self.varlen = varlen  # attention over these tokens asks for the varlen kernel
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
 
     @classmethod
-    def of(cls, tokens: Tensor, index: Tensor | None = None,
-           noise: Tensor | None = None) -> "TokenLayout":
+    def of(cls, tokens: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
+           varlen: bool = False) -> "TokenLayout":
         """The layout of right-padded token ids ``[B, T]`` (``index`` if known already)."""
-        return cls(tokens.eq(PAD), index, noise)
+        return cls(tokens.eq(PAD), index, noise, varlen)
 
     @cached_property
     def index(self) -> Tensor:  # [N]: b * T + t of every token, ascending

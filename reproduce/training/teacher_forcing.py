@@ -29,16 +29,20 @@ class TeacherForcedStates(nn.Module):
     source_noise [M], target_noise [N])`` -> decoder states at the N target tokens
     ``[N, d_model]``."""
 
-    def __init__(self, model: TranslationModel):
+    def __init__(self, model: TranslationModel, varlen_attention: bool = False):
         super().__init__()
         self.model = model
+        self.varlen_attention = varlen_attention  # reproduce.model.packed_attention
 
     def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,
                 target_index: Tensor, source_noise: Tensor | None = None,
                 target_noise: Tensor | None = None) -> Tensor:
-        encoded = self.model.encode(source, TokenLayout.of(source, source_index, source_noise))
+        varlen = self.varlen_attention
+        encoded = self.model.encode(source,
+                                    TokenLayout.of(source, source_index, source_noise, varlen))
         return self.model.target_token_states(
-            target_input, encoded, TokenLayout.of(target_input, target_index, target_noise))
+            target_input, encoded,
+            TokenLayout.of(target_input, target_index, target_noise, varlen))
 
 
 def mark_pass_sizes_dynamic(*tensors: Tensor | None) -> None:
