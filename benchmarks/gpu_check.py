@@ -3,16 +3,19 @@
 Steps, each a subprocess whose output goes to ``OUTDIR/logs/<step>.log`` as it runs (kept
 whatever happens; a step that fails or runs out of time never stops the later ones):
 
-1. ``pytest -m gpu -ra tests/test_gpu.py`` (counts from its JUnit XML);
-2. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
-   batching (25k tokens a step, bf16), cold and warm windows, eager then ``torch.compile``d,
-   and a profile of a few more steps of each (``--profile``: where a step's time goes);
-3. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
+1. ``pytest -m gpu`` on GPU_TEST_FILES (counts from its JUnit XML);
+2. ``benchmarks/varlen_attention.py``: a pass's attention, padded against varlen;
+3. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
+   batching (25k tokens a step, bf16), cold and warm windows and peak memory, eager then
+   ``torch.compile``d, and a profile of a few more steps of each (``--profile``: where a step's
+   time goes); base and big eager again with padded attention (``--attention padded``; the
+   configs' ``auto`` runs varlen on GPUs);
+4. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
    base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
    trained-like ones (``--lengths``); then base with trained-like lengths reading which
    sentences are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with
    256 (``decoding.check_every`` and batch sizes stay the config's until these are read);
-4. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
+5. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
    (compiled, as GPUs train) against the unfused one.
 
 Each benchmark writes its figures as JSON (its ``--json`` option) to ``OUTDIR/logs/<step>.json``;
@@ -21,7 +24,8 @@ Then ``OUTDIR/gpu-report.md`` (and the same figures in ``gpu-report.json``): the
 step's status and seconds, every figure of those files, and the headline lines that BENCHMARKS.md
 takes. A step that did not finish, or left no readable figures, shows its status and the tail of
 its log, never a number. Steps run in the order above except that the compiled trainer runs come
-last: they are the slowest to start, so a budget cut loses them first.
+last: they are the slowest to start, so a budget cut loses them first. ``--only PATTERN...``
+runs the steps whose names match (a device call too short for all of them).
 
 Without CUDA the same command is a **smoke mode**: the reduced model (``--size cpu``), tiny
 inputs, no compilation, a minute or two on a CPU, so that the command is tested in CI.
@@ -41,7 +45,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import beam_headline, profile_lines
+from profile_table import attention_table, beam_headline, profile_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -49,6 +53,7 @@ DEFAULT_BUDGET_SECONDS = 540  # 9 minutes: a 10-minute device call also installs
 REPORT_SECONDS = 10  # kept back from the budget for the report itself
 SHORTEST_USEFUL_STEP = 20  # seconds; a step offered less is not started
 TAIL_LINES = 40
+GPU_TEST_FILES = ["tests/test_gpu.py", "tests/test_packed_attention.py"]  # their `gpu` tests
 
 PROBE = """
 import json, platform, torch
@@ -91,7 +96,7 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
     """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
     pytest = Step("pytest-gpu", "pytest -m gpu", "pytest",
                   ["-m", "pytest", "-m", "gpu", "-ra", "-v", "--durations=20", "-p",
-                   "no:cacheprovider", "tests/test_gpu.py", "tests/test_packed_attention.py",
+                   "no:cacheprovider", *GPU_TEST_FILES,
                    f"--junitxml={junit_file(logs, 'pytest-gpu')}"],
                   cap_seconds=240)
     if not cuda:
@@ -107,24 +112,20 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                               "1"]),
                 _attention(logs, ["--tokens", "256", "--repeats", "1"]),
                 _trainer(logs, "cpu", [*trainer, "--max-tokens-per-device", "1000",
-                                       "--attention", "varlen"], 120, variant="1k-varlen")]
+                                       "--attention", "varlen"], 120, variant="varlen")]
     # 100,000 pairs hold ~110 steps of 25k tokens: no step count below re-reads the corpus.
     base = ["--pairs", "100000", "--steps", "40", "--log-every", "10", "--precision", "bf16",
             "--profile", "4"]
     big = ["--pairs", "100000", "--steps", "24", "--log-every", "6", "--precision", "bf16",
            "--profile", "3"]
-    # One pass of a 25k-token step (passes are bounded by real tokens): its peak memory.
-    one_pass = ["--max-tokens-per-device", "32768"]
+    # The configs' attention (varlen on GPUs) against the padded batch's: time and peak memory.
+    padded = ["--attention", "padded"]
     return [pytest,
             _attention(logs, []),
             _trainer(logs, "base", base, 90),
             _trainer(logs, "big", big, 120),
-            _trainer(logs, "base", [*base, *one_pass], 90, variant="32k"),
-            _trainer(logs, "big", [*big, *one_pass], 120, variant="32k"),
-            _trainer(logs, "base", [*base, *one_pass, "--attention", "varlen"], 90,
-                     variant="32k-varlen"),
-            _trainer(logs, "big", [*big, *one_pass, "--attention", "varlen"], 120,
-                     variant="32k-varlen"),
+            _trainer(logs, "base", [*base, *padded], 90, variant="padded"),
+            _trainer(logs, "big", [*big, *padded], 120, variant="padded"),
             _beam(logs, "base", ["--profile"], 90),
             _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
@@ -138,9 +139,7 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
             # first 20 steps
             _trainer(logs, "base", base, 170, compiled=True),
-            _trainer(logs, "big", big, 200, compiled=True),
-            _trainer(logs, "base", [*base, *one_pass, "--attention", "varlen"], 170,
-                     compiled=True, variant="32k-varlen")]
+            _trainer(logs, "big", big, 200, compiled=True)]
 
 
 def figures_file(logs: Path, name: str) -> Path:
@@ -368,7 +367,7 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                 f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",
                 *_profile(figures)]
     if kind == "attention":
-        return _attention_lines(figures)
+        return attention_table(figures["rows"])
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
     lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "
@@ -378,20 +377,6 @@ def _figure_lines(outcome: Outcome) -> list[str]:
 
 def _mib(value: float | None) -> str:
     return f"{value:,.0f} MiB" if value is not None else "n/a"
-
-
-def _attention_lines(figures: dict) -> list[str]:
-    lines = ["| pass tokens | size | attention | padded cells / token | padded ms | varlen ms | "
-             "padded / varlen peak MiB | varlen error (padded's) |", "|---|---|---|---|---|---|---|---|"]
-    for r in figures["rows"]:
-        varlen = (f"{r['varlen_ms']:.2f} | {r['padded_peak_mib']:,.0f} / "
-                  f"{r['varlen_peak_mib']:,.0f} | {r['varlen_error']:.1e} "
-                  f"({r['padded_error']:.1e})" if "varlen_ms" in r
-                  else f"n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)")
-        lines.append(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | "
-                     f"{r['padded_queries'] / r['query_tokens']:.2f} | {r['padded_ms']:.2f} | "
-                     f"{varlen} |")
-    return lines
 
 
 def _profile(figures: dict) -> list[str]:

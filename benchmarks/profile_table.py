@@ -1,5 +1,6 @@
-"""How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``), and
-``beam_speed.py`` its figures' line, as ``gpu_check.py``'s report shows them (standard library
+"""How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``),
+``beam_speed.py`` its figures' line and ``varlen_attention.py`` its table,
+as ``gpu_check.py``'s report shows them (standard library
 only: the report's process imports no torch)."""
 
 from __future__ import annotations
@@ -36,3 +37,21 @@ def beam_headline(figures: dict) -> str:
             f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
             f"{figures['sentences_per_second']:,.1f} sentences/s, "
             f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
+
+
+def attention_table(rows: list[dict]) -> list[str]:
+    """``varlen_attention.py``'s table of padded against varlen attention (its ``rows``)."""
+    lines = ["| pass tokens | size | attention | padded cells / token | padded ms | varlen ms | "
+             "speed-up | peak MiB padded / varlen | varlen error (padded's) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "varlen_ms" in r:
+            varlen = (f"{r['varlen_ms']:.2f} | {r['padded_ms'] / r['varlen_ms']:.2f}x | "
+                      f"{r['padded_peak_mib']:,.0f} / {r['varlen_peak_mib']:,.0f} | "
+                      f"{r['varlen_error']:.1e} ({r['padded_error']:.1e})")
+        else:
+            varlen = f"n/a | n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)"
+        lines.append(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | "
+                     f"{r['padded_queries'] / r['query_tokens']:.2f} | {r['padded_ms']:.2f} | "
+                     f"{varlen} |")
+    return lines

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from reproduce.model.packed_attention import attend_packed, attend_padded, varlen_available
 from reproduce.model.token_layout import TokenLayout
+from profile_table import attention_table
 
 MICRO_BATCH_TOKENS = 3_100
 WIDTHS = {"base": 8, "big": 16}  # heads; d_k = d_v = 64
@@ -69,7 +69,7 @@ def reference_float64(q, k, v, queries: TokenLayout, keys: TokenLayout, causal: 
     q_lengths = (~queries.padding).sum(1).tolist()
     k_lengths = (~keys.padding).sum(1).tolist()
     out, qs, ks = [], 0, 0
-    for n, m in zip(q_lengths, k_lengths):
+    for n, m in zip(q_lengths, k_lengths, strict=True):
         qi, ki, vi = (x.double().transpose(0, 1) for x in (q[qs:qs + n], k[ks:ks + m],
                                                            v[ks:ks + m]))  # [h, n|m, d]
         scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
@@ -166,19 +166,7 @@ def main() -> None:
                        **measure(kind, heads, sources, targets, args.repeats, device, dtype)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    print("\n| pass tokens | size | attention | padded cells / tokens | padded ms | varlen ms | "
-          "speed-up | peak MiB padded / varlen | varlen error (padded's) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        cells = r["padded_queries"] / r["query_tokens"]
-        if "varlen_ms" in r:
-            varlen = (f"{r['varlen_ms']:.2f} | {r['padded_ms'] / r['varlen_ms']:.2f}x | "
-                      f"{r['padded_peak_mib']:,.0f} / {r['varlen_peak_mib']:,.0f} | "
-                      f"{r['varlen_error']:.1e} ({r['padded_error']:.1e})")
-        else:
-            varlen = f"n/a | n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)"
-        print(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | {cells:.2f} | "
-              f"{r['padded_ms']:.2f} | {varlen} |")
+    print("\n" + "\n".join(attention_table(rows)))
     if args.json:
         args.json.write_text(json.dumps({"benchmark": "varlen_attention", "cuda": cuda,
                                          "torch": torch.__version__, "rows": rows}, indent=1))

@@ -412,8 +412,9 @@ class TrainingConfig(Strict):
                     "batch under a key mask, on every device and precision) or varlen (flash "
                     "attention over the packed tokens with their sentence offsets: no padding "
                     "cells, no mask; CUDA in bf16 or fp16, padded elsewhere). Both compute eq. 1 "
-                    "within each sentence. auto = padded until varlen is measured through the "
-                    "trainer on a GPU.")
+                    "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
+                    "losses as padded, a third of the peak memory for a 32k-token pass of big, "
+                    "and faster; BENCHMARKS.md), padded on CPUs.")
 
     @model_validator(mode="after")
     def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":

@@ -268,10 +268,12 @@ def test_every_attention_of_a_cpu_training_step_runs_the_flash_kernel(corpora, t
 @pytest.mark.gpu
 def test_a_bf16_training_step_runs_flash_for_causal_and_efficient_for_masked_attention(
         corpora, tmp_path):
-    """The decoder's self-attention is causal without a mask: flash. Encoder self-attention and
+    """Padded attention (``training.attention: padded``; ``auto`` runs varlen on GPUs): the
+    decoder's self-attention is causal without a mask: flash. Encoder self-attention and
     cross-attention mask padded keys, which flash cannot: the memory-efficient kernel. Never the
     math path (scores materialised) nor cuDNN's (left out: a plan for every new shape)."""
-    trainer = Trainer(_base_width_variant(steps=3, precision="bf16"), TINY, *corpora, tmp_path)
+    trainer = Trainer(_base_width_variant(steps=3, precision="bf16", attention="padded"), TINY,
+                      *corpora, tmp_path)
     trainer._train_step()  # warm-up
     calls, kernels = attention_kernels(trainer._train_step)
     assert calls > 0 and calls % (3 * BASE_WIDTHS["layers"]) == 0
@@ -331,7 +333,7 @@ def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, 
         losses[attention] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                              if "train_loss" in row]
     assert len(losses["varlen"]) == len(losses["padded"]) >= 5
-    for padded, varlen in zip(losses["padded"], losses["varlen"]):
+    for padded, varlen in zip(losses["padded"], losses["varlen"], strict=True):
         assert abs(varlen - padded) / padded < 0.02, losses
 
 

@@ -50,7 +50,8 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     report = (smoke_run / "gpu-report.md").read_text()
     steps = gpu_check.plan(cuda=False, logs=smoke_run / "logs")
     assert [step.name for step in steps] == ["pytest-gpu", "trainer-cpu-eager", "beam-cpu",
-                                             "beam-cpu-trained-check4", "loss-memory"]
+                                             "beam-cpu-trained-check4", "loss-memory",
+                                             "varlen-attention", "trainer-cpu-eager-varlen"]
     assert "* mode: cpu smoke" in report and "## Headlines (for BENCHMARKS.md)" in report
     for step in steps:
         assert f"| {step.title} | ok |" in report and f"## {step.title}: ok" in report
@@ -67,8 +68,10 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     # every throughput window and every loss-memory row of the logs, as the logs print them
     windows = _lines_with(trainer, r"^\| \d+ \| [\d,]+ \| [\d.]+ \| n/a \|$")
     rows = _lines_with(_log(smoke_run, "loss-memory"), r"^\| (unfused|chunked) \| 64 \|")
-    assert len(windows) == 2 and len(rows) == 2
-    assert all(line in report.splitlines() for line in windows + rows)
+    attention = _lines_with(_log(smoke_run, "varlen-attention"),
+                            r"^\| [\d,]+ \| (base|big) \| (encoder|decoder|cross) \|")
+    assert len(windows) == 2 and len(rows) == 2 and len(attention) == 6
+    assert all(line in report.splitlines() for line in windows + rows + attention)
     # the profiles of the trainer's further step and of a batch's decoding, as the logs print
     # them: a headline and the ten host operations with the most host time
     for log, unit in ((trainer, "step"), (beam, "batch")):
@@ -84,7 +87,11 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
 
 @needs_no_cuda
 def test_the_smoke_report_counts_the_gpu_tests_as_skipped(smoke_run):
-    gpu_tests = (ROOT / "tests/test_gpu.py").read_text().count("@pytest.mark.gpu\ndef test_")
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
+         "no:cacheprovider", *gpu_check.GPU_TEST_FILES], cwd=ROOT, capture_output=True, text=True)
+    gpu_tests = sum(1 for line in collected.stdout.splitlines() if "::test_" in line)
+    assert gpu_tests > 10, collected.stdout
     report = (smoke_run / "gpu-report.md").read_text()
     assert f"0 passed, 0 failed, 0 errors, {gpu_tests} skipped (of {gpu_tests})" in report
     summary = json.loads((smoke_run / "gpu-report.json").read_text())

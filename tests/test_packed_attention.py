@@ -16,7 +16,7 @@ def _layout(lengths, device="cpu"):
 def _alone(q, k, v, q_lengths, k_lengths, causal):
     """Eq. 1 for each sentence on its own, in float64."""
     out, qs, ks = [], 0, 0
-    for n, m in zip(q_lengths, k_lengths):
+    for n, m in zip(q_lengths, k_lengths, strict=True):
         qi, ki, vi = (x.double().transpose(0, 1)
                       for x in (q[qs:qs + n], k[ks:ks + m], v[ks:ks + m]))  # [h, n|m, d]
         scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
@@ -79,7 +79,7 @@ def test_varlen_attention_on_the_gpu_follows_the_padded_reference(kind, q_length
     leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
     exact = attend_padded(*leaves, queries, keys, causal)
     exact_grads = torch.autograd.grad(exact, leaves, grad.float())
-    for got, want in ((out, exact), *zip(grads, exact_grads)):
+    for got, want in ((out, exact), *zip(grads, exact_grads, strict=True)):
         assert not got.isnan().any()
         assert float((got.float() - want).norm() / want.norm()) < 1e-2
 

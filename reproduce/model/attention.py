@@ -6,16 +6,14 @@
 
 ``d_k`` and ``d_v`` are free (Table 3 rows A and B change them apart from d_model / h). The
 projections of all heads are fused into one matrix multiplication: Q, K and V together for
-self-attention, K and V together for encoder-decoder attention. The attention itself is
-``torch.nn.functional.scaled_dot_product_attention`` with its kernels chosen explicitly: flash,
-memory-efficient, then the plain math path. cuDNN's attention is left out: it builds an execution
-plan for every new (batch, length) shape, and on an H100 batches of unseen shapes ran 6x slower
-with it (17k vs 104k target tokens/s for base).
+self-attention, K and V together for encoder-decoder attention. The attention product itself is
+:mod:`reproduce.model.packed_attention`'s (varlen flash over packed tokens, or SDPA on a padded
+batch with its kernels chosen there).
 
 Inputs come in one of two forms: ``[N, d_model]``, the tokens of a :class:`TokenLayout` (training,
-perplexity and encoding: projections then skip padding, and only the attention product sees the
-padded batch), or ``[B, T, d_model]`` with every position a token (incremental decoding, and a
-module used on its own).
+perplexity and encoding: projections then skip padding; the attention product runs on the packed
+tokens where the layout's ``varlen`` asks, else on the padded batch), or ``[B, T, d_model]``
+with every position a token (incremental decoding, and a module used on its own).
 
 Two additions beyond the base model:
 
@@ -38,13 +36,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
 from reproduce.model.dropout import AttentionDropout
-from reproduce.model.packed_attention import attend_packed
+from reproduce.model.packed_attention import PADDED_KERNELS, attend_packed
 from reproduce.model.token_layout import TokenLayout
 
-ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _xavier_blocks(weight: Tensor, sizes: list[int]) -> None:
@@ -106,7 +103,7 @@ class _HeadsAttention(nn.Module):
             query_noise = None if layout is None else layout.batch_noise()  # [B, Tq]
             context = self.dropout(self._weights(q, k, mask, causal), query_noise) @ v
         else:
-            with sdpa_kernel(ATTENTION_KERNELS):
+            with sdpa_kernel(PADDED_KERNELS):
                 context = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, is_causal=causal)  # [B, h, Tq, d_v]
         batch, _, length, _ = context.shape
@@ -148,7 +145,8 @@ class SelfAttention(_HeadsAttention):
         query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
         if cache is None and self._packs(layout):
             q, k, v = self.qkv(x).split(self.sizes, dim=-1)  # [N, h*d] each
-            context = attend_packed(self._packed_heads(q, self.d_k), self._packed_heads(k, self.d_k),
+            context = attend_packed(self._packed_heads(q, self.d_k),
+                                    self._packed_heads(k, self.d_k),
                                     self._packed_heads(v, self.d_v), layout, layout, causal,
                                     varlen=True)
             return self._output_packed(context)
@@ -229,8 +227,9 @@ class CrossAttention(_HeadsAttention):
         if cache is None and self._packs(layout):
             k, v = self.kv(memory).split(self.kv_sizes, dim=-1)  # [M, h*d] each
             context = attend_packed(self._packed_heads(self.query(x), self.d_k),
-                                    self._packed_heads(k, self.d_k), self._packed_heads(v, self.d_v),
-                                    layout, memory_layout, False, varlen=True)
+                                    self._packed_heads(k, self.d_k),
+                                    self._packed_heads(v, self.d_v), layout, memory_layout, False,
+                                    varlen=True)
             return self._output_packed(context)
         q = self._split(self._batched(self.query(x), layout), self.d_k)
         if cache is not None and "keys" in cache:

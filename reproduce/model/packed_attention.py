@@ -1,4 +1,5 @@
-"""Scaled dot-product attention (eq. 1) over packed sentences: ``[N, h, d]`` in, ``[N, h, d_v]`` out.
+"""Scaled dot-product attention (eq. 1) over packed sentences: ``[N, h, d]`` in, ``[N, h, d_v]``
+out.
 
 A pass holds the tokens of many sentences one after another (:class:`TokenLayout`); a query
 attends only to the keys of its own sentence (and, ``causal``, only to the earlier ones). Two
