@@ -324,7 +324,9 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
                 lines.append(f"{device} loss (bf16 autocast: {figures['bf16']}, compiled "
                              f"chunks: {figures['compile']}, N {ratio['tokens']}): chunked / "
                              f"unfused peak memory "
-                             f"{ratio['memory']:.2f}x, time {ratio['time']:.2f}x")
+                             f"{ratio['memory']:.2f}x, time {ratio['time']:.2f}x; gradient "
+                             f"with the loss / chunked time "
+                             f"{ratio['gradient_with_loss_time']:.2f}x")
     return lines
 
 

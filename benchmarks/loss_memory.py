@@ -1,7 +1,9 @@
 """Peak memory and time of the output projection + label-smoothed loss, forward and backward:
 the unfused path (``label_smoothed_loss(F.linear(states, W))``: every position's fp32 logits,
 padding included) against the chunked one (:mod:`reproduce.training.projected_loss`: non-PAD
-positions only, one chunk's logits at a time).
+positions only, one chunk's logits at a time), with the backward pass recomputing the logits
+(``chunked``) and with the gradients computed from the forward pass's logits, as the trainer
+runs it (``gradient-with-loss``).
 
 Base-model sizes by default (d_model 512, vocabulary 37,000), N real target tokens among
 N / (1 - padding) positions. Each (path, N) runs in a fresh process so that peaks do not mix:
@@ -16,7 +18,8 @@ first pass, which compiles, gives the peak; the later ones the time).
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads): the
 ``device`` and settings (``bf16``, ``compile``...), every ``rows`` entry (``path``, ``tokens``,
 ``projected``, ``peak_mib``, ``seconds``) and the chunked / unfused ``ratios`` per N
-(``tokens``, ``memory``, ``time``).
+(``tokens``, ``memory``, ``time``, and ``gradient_with_loss_time``: that path's time over
+chunked's).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from reproduce.special_tokens import PAD
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk
 
-PATHS = ("unfused", "chunked")
+# unfused; chunked, the backward recomputing the logits; chunked with the gradients computed
+# in the forward pass from the same logits (the gradient announced: the trainer's way)
+PATHS = ("unfused", "chunked", "gradient-with-loss")
 LENGTH = 64  # target positions per sentence
 EPSILON = 0.1
 
@@ -64,8 +69,10 @@ def _pass(path: str, states, weight, targets, bf16: bool, compiled: bool) -> Non
             loss, _ = label_smoothed_loss(F.linear(states, weight), targets, EPSILON)
         else:  # the target tokens alone, as the trainer's token layout gives them
             real = targets.ne(PAD)
+            announced = (torch.ones((), device=states.device) if path == "gradient-with-loss"
+                         else None)
             loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], EPSILON,
-                                                    compiled=compiled)
+                                                    compiled=compiled, gradient_scale=announced)
     loss.backward()
     states.grad = weight.grad = None
 
@@ -131,9 +138,13 @@ def main() -> None:
                                      str(tokens)],
                                     capture_output=True, text=True, check=True)
             rows.append(json.loads(result.stdout.splitlines()[-1]))
-    ratios = [{"tokens": unfused["tokens"], "memory": chunked["peak_mib"] / unfused["peak_mib"],
-               "time": chunked["seconds"] / unfused["seconds"]}
-              for unfused, chunked in zip(rows[::2], rows[1::2], strict=True)]
+    ratios = []
+    for tokens in args.tokens:
+        paths = {row["path"]: row for row in rows if row["tokens"] == tokens}
+        unfused, chunked, early = (paths[path] for path in PATHS)
+        ratios.append({"tokens": tokens, "memory": chunked["peak_mib"] / unfused["peak_mib"],
+                       "time": chunked["seconds"] / unfused["seconds"],
+                       "gradient_with_loss_time": early["seconds"] / chunked["seconds"]})
     print(f"device: {rows[0]['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, {platform.machine()}; d_model {args.d_model}, vocab {args.vocab}, "
           f"padding {args.padding:.0%}, eps {EPSILON}, bf16 autocast: {args.bf16}, compiled "
@@ -147,7 +158,8 @@ def main() -> None:
     print()
     for ratio in ratios:
         print(f"N {ratio['tokens']}: chunked / unfused memory {ratio['memory']:.2f}x, time "
-              f"{ratio['time']:.2f}x")
+              f"{ratio['time']:.2f}x; gradient with the loss / chunked time "
+              f"{ratio['gradient_with_loss_time']:.2f}x")
     if args.json:
         figures = {"benchmark": "loss_memory", "device": rows[0]["device"],
                    "threads": torch.get_num_threads(), "d_model": args.d_model,

@@ -63,11 +63,13 @@ def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path, compiled)
                   "--repeats", "1", *(["--compile"] if compiled else []), "--json",
                   str(tmp_path / "figures.json"))
     assert "| unfused | 64 | 128 |" in output and "| chunked | 64 | 64 |" in output
+    assert "| gradient-with-loss | 64 | 64 |" in output
     assert "N 64: chunked / unfused memory" in output
+    assert "gradient with the loss / chunked time" in output
     assert f"compiled chunks: {compiled}" in output
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert [(row["path"], row["tokens"], row["projected"]) for row in figures["rows"]] == [
-        ("unfused", 64, 128), ("chunked", 64, 64)]
+        ("unfused", 64, 128), ("chunked", 64, 64), ("gradient-with-loss", 64, 64)]
     assert [ratio["tokens"] for ratio in figures["ratios"]] == [64] and not figures["bf16"]
     assert figures["compile"] is compiled
 

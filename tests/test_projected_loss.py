@@ -50,6 +50,57 @@ def test_loss_and_gradients_equal_the_unfused_formula(epsilon, chunk_rows):
     assert not grad_states[targets.eq(PAD)].any()  # padded positions are not projected at all
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 4, 14])
+@pytest.mark.parametrize(("announced", "brought"), [(0.37, 0.37), (0.5, 1.0), (2.0**-7, 0.0)])
+def test_gradients_computed_with_the_loss_equal_the_formulas_for_the_gradient_brought(
+        chunk_rows, announced, brought):
+    """``gradient_scale``: the gradients come from the forward pass's logits, for the gradient
+    the caller announced; the backward pass brings another or the same, and they are right for
+    it (the unfused formula's, times the gradient brought); the loss is unchanged."""
+    states, weight, targets = _case(seed=chunk_rows)
+    expected, _ = label_smoothed_loss(F.linear(states, weight), targets, 0.1)
+    expected_states, expected_weight = torch.autograd.grad(expected * brought, (states, weight))
+    real = targets.ne(PAD)
+    loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], 0.1, chunk_rows,
+                                            gradient_scale=torch.tensor(announced,
+                                                                        dtype=torch.float64))
+    grad_states, grad_weight = torch.autograd.grad(loss * brought, (states, weight))
+    assert torch.allclose(loss, expected, rtol=0, atol=1e-12)
+    assert torch.allclose(grad_states, expected_states, rtol=0, atol=1e-12)
+    assert torch.allclose(grad_weight, expected_weight, rtol=0, atol=1e-12)
+
+
+def test_gradients_computed_with_the_loss_keep_no_logits_and_pass_gradcheck():
+    states, weight, targets = _case(seed=0)
+    real = targets.ne(PAD)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t,
+                                                  lambda t: t):
+        projected_label_smoothed_loss(states[real], weight, targets[real], 0.1, 4,
+                                      gradient_scale=torch.tensor(1.0, dtype=torch.float64))
+    assert sum(saved) <= weight.numel() + states.numel()
+    assert torch.autograd.gradcheck(
+        lambda s, w: projected_label_smoothed_loss(
+            s[real], w, targets[real], 0.1, chunk_rows=4,
+            gradient_scale=torch.tensor(0.25, dtype=torch.float64))[0], (states, weight))
+
+
+def test_the_loss_gradient_the_trainer_announces_is_the_one_backward_brings():
+    """OptimizerUpdate.loss_gradient(factor) is, bit for bit, the gradient that backward of
+    ``loss * factor`` brings to the loss, with loss scaling (S = 2^16) and without."""
+    from reproduce.training.precision import OptimizerUpdate
+
+    for scaling in (False, True):
+        parameter = torch.nn.Parameter(torch.ones(()))
+        update = OptimizerUpdate(torch.optim.SGD([parameter], lr=0.1), "cpu", scaling, None)
+        for factor in (1 / 3, 8 / 24_192, 0.7):
+            loss = parameter * 3.0
+            loss.retain_grad()
+            update.backward(loss * factor)
+            assert torch.equal(loss.grad, update.loss_gradient(factor, torch.device("cpu")))
+            parameter.grad = None
+
+
 @pytest.mark.slow
 def test_the_compiled_chunks_compute_the_same_loss_and_gradients_through_one_graph_each():
     """``compiled`` (the trainer's torch.compile) traces each chunk function once, whatever the
@@ -60,15 +111,18 @@ def test_the_compiled_chunks_compute_the_same_loss_and_gradients_through_one_gra
         states, weight, targets = _case(seed=seed)
         real = targets.ne(PAD)
         losses, gradients = [], []
-        for compiled in (False, True):
+        announced = torch.tensor(1.0, dtype=torch.float64)
+        for compiled, early in ((False, None), (True, None), (True, announced)):
             loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], 0.1,
-                                                    rows, compiled=compiled)
+                                                    rows, compiled=compiled, gradient_scale=early)
             losses.append(loss)
             gradients.append(torch.autograd.grad(loss, (states, weight)))
-        assert torch.allclose(losses[1], losses[0], rtol=0, atol=1e-12)
-        for compiled_gradient, eager_gradient in zip(*gradients, strict=True):
-            assert torch.allclose(compiled_gradient, eager_gradient, rtol=0, atol=1e-12)
-    assert counters["stats"]["unique_graphs"] == 2  # the forward's chunk terms, the gradient's
+        for loss, (grad_states, grad_weight) in zip(losses[1:], gradients[1:], strict=True):
+            assert torch.allclose(loss, losses[0], rtol=0, atol=1e-12)
+            assert torch.allclose(grad_states, gradients[0][0], rtol=0, atol=1e-12)
+            assert torch.allclose(grad_weight, gradients[0][1], rtol=0, atol=1e-12)
+    # the forward's chunk terms, the backward's gradient, and both from one product
+    assert counters["stats"]["unique_graphs"] == 3
 
 
 def test_the_smoothed_loss_of_one_row_by_hand():

@@ -153,6 +153,11 @@ class OptimizerUpdate:
         self.loss_scale = self.scaler.get_scale()  # S on the host, refreshed after each update
         self.diverged: Tensor | None = None  # 1.0 once a gradient was not finite (fp32, bf16)
 
+    def loss_gradient(self, factor: float, device: torch.device) -> Tensor:
+        """The gradient that :meth:`backward` of ``loss * factor`` brings to ``loss``: factor
+        times S, as a device scalar computed as autograd computes it (no synchronisation)."""
+        return self.scaler.scale(torch.ones((), device=device)) * factor
+
     def backward(self, loss: Tensor) -> None:
         """Back-propagate ``loss`` (times S under fp16); gradients accumulate as usual."""
         self.scaler.scale(loss).backward()

@@ -10,10 +10,13 @@ and a graph break for ``torch.compile``).
 Per row, with logits ``z``, ``lse = logsumexp(z)`` and the smoothed distribution ``q``
 (``1 - eps`` on the reference, ``eps / (V - 2)`` on every other non-PAD token, 0 on PAD;
 ``sum q = 1``), the loss ``-sum_k q_k log p_k`` is ``lse - sum_k q_k z_k`` and its
-gradient with respect to ``z`` is ``softmax(z) - q``. The forward pass keeps only ``lse`` per row;
-the backward pass recomputes each chunk's logits (Liger-Kernel's fused linear cross-entropy and
-Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models", do the same), then
-``d states = d z @ W`` and ``d W += d z^T @ states``.
+gradient with respect to ``z`` is ``softmax(z) - q``, times the gradient the loss receives.
+Training knows that gradient before the forward pass (its loss factor times the loss scale), so
+each chunk's logits give the loss and, at once, ``d states = d z @ W`` and ``d W += d z^T @
+states``: three products a chunk, as Liger-Kernel's fused linear cross-entropy does; the backward
+pass only rescales them should it bring another gradient. Without it (``gradient_scale`` None)
+the forward pass keeps only ``lse`` per row and the backward pass recomputes each chunk's logits
+(four products; Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language Models").
 
 Precision follows what autocast does to the unfused path: where autocast is enabled for the
 states' device, the projection runs in autocast's dtype (``F.linear`` is on its lower-precision
@@ -54,7 +57,8 @@ def rows_per_chunk(vocab_size: int) -> int:
 
 def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
                                   chunk_rows: int | None = None, compiled: bool = False,
-                                  token_weight: Tensor | None = None) -> tuple[Tensor, int]:
+                                  token_weight: Tensor | None = None,
+                                  gradient_scale: Tensor | None = None) -> tuple[Tensor, int]:
     """Summed label-smoothed loss of ``F.linear(states, weight)`` and the number of targets, as
     :func:`reproduce.training.loss.label_smoothed_loss` returns them for unpadded targets.
 
@@ -63,10 +67,19 @@ def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tenso
     through ``torch.compile``. ``token_weight`` ``[N]``: each row's loss times it (a bucketed
     pass's dummy tokens: 0, so that neither the loss nor a gradient sees them); the count is
     of the rows given.
+
+    ``gradient_scale`` (a scalar tensor): the gradient the backward pass will bring to the loss,
+    where the caller knows it in advance (the trainer: its loss factor times the loss scale).
+    The forward pass then computes the gradients of states and weight along with the loss,
+    from the same logits: three products of ``[N, d] x [d, V]`` instead of four, and one pass
+    over the chunks instead of two. The backward pass multiplies them by the gradient it brings
+    over ``gradient_scale`` (exactly 1 when it is the one announced), so they stay right if it
+    is not.
     """
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
     loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, rows,
-                                       _projection_dtype(states, weight), compiled)
+                                       _projection_dtype(states, weight), compiled,
+                                       gradient_scale)
     return loss, targets.numel()
 
 
@@ -82,54 +95,100 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
 class _ChunkedProjectedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, token_weight: Tensor | None,
-                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool) -> Tensor:
+                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool,
+                gradient_scale: Tensor | None) -> Tensor:
         # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
         with torch.autocast(states.device.type, enabled=False):
             accumulate = torch.promote_types(dtype, torch.float32)
             projection = weight.to(dtype)
             smoothing = _Smoothing(epsilon, weight.size(0))
-            terms = _compiled(_chunk_terms) if compiled else _chunk_terms
+            early = gradient_scale is not None and any(ctx.needs_input_grad[:2])
+            if early:
+                scale = gradient_scale.to(accumulate)
+                terms = _compiled(_chunk_terms_and_gradient) if compiled else \
+                    _chunk_terms_and_gradient
+                gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
+            else:
+                terms = _compiled(_chunk_terms) if compiled else _chunk_terms
             total = torch.zeros((), dtype=accumulate, device=states.device)
             log_normalisers = torch.empty(states.size(0), dtype=accumulate,
                                           device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
-                log_normalisers[rows], expected = terms(
-                    *_rows_dynamic(states[rows], targets[rows]), projection, smoothing,
-                    accumulate)  # [c], [c]
+                chunk = _rows_dynamic(states[rows], targets[rows])
+                if early:
+                    log_normalisers[rows], expected, grad_logits = terms(
+                        *chunk, projection, smoothing, accumulate,
+                        _row_scale(scale, token_weight, rows))  # [c], [c], [c, V]
+                    gradients.add(grad_logits, rows, states, projection)
+                else:
+                    log_normalisers[rows], expected = terms(
+                        *chunk, projection, smoothing, accumulate)  # [c], [c]
                 losses = log_normalisers[rows] - expected
                 if token_weight is not None:
                     losses = losses * token_weight[rows]
                 total += losses.sum()
-        ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
-        ctx.epsilon, ctx.chunk_rows, ctx.dtype, ctx.compiled = epsilon, chunk_rows, dtype, compiled
+        if early:
+            ctx.gradients, ctx.gradient_scale = gradients, scale
+        else:
+            ctx.gradients = None
+            ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
+            ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
+            ctx.compiled = compiled
         return total
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss: Tensor):
+        if ctx.gradients is not None:  # computed in the forward pass, for ctx.gradient_scale
+            factor = grad_loss.to(ctx.gradient_scale.dtype) / ctx.gradient_scale
+            return (*ctx.gradients.result(factor), None, None, None, None, None, None, None)
         states, weight, targets, log_normalisers, token_weight = ctx.saved_tensors
-        want_states, want_weight = ctx.needs_input_grad[:2]
         with torch.autocast(states.device.type, enabled=False):
             projection = weight.to(ctx.dtype)
             smoothing = _Smoothing(ctx.epsilon, weight.size(0))
             gradient_of = _compiled(_logit_gradient) if ctx.compiled else _logit_gradient
             scale = grad_loss.to(log_normalisers.dtype)
-            grad_states = torch.empty_like(states) if want_states else None  # [N, d]
-            grad_weight = (torch.zeros(weight.shape,
-                                       dtype=torch.promote_types(weight.dtype, torch.float32),
-                                       device=weight.device) if want_weight else None)  # [V, d]
+            gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
             for rows in _chunks(states.size(0), ctx.chunk_rows):
-                row_scale = (scale if token_weight is None else _rows_dynamic(
-                    (scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0])
                 grad_logits = gradient_of(
                     *_rows_dynamic(states[rows], log_normalisers[rows], targets[rows]),
-                    projection, smoothing, row_scale)  # [c, V] in the products' dtype
-                if want_states:
-                    grad_states[rows] = (grad_logits @ projection).to(states.dtype)
-                if want_weight:
-                    grad_weight += grad_logits.T @ states[rows].to(ctx.dtype)
-        return (grad_states, None if grad_weight is None else grad_weight.to(weight.dtype),
-                None, None, None, None, None, None)
+                    projection, smoothing, _row_scale(scale, token_weight, rows))  # [c, V]
+                gradients.add(grad_logits, rows, states, projection)
+        return (*gradients.result(), None, None, None, None, None, None, None)
+
+
+class _Gradients:
+    """The gradients of states ``[N, d]`` and weight ``[V, d]`` (those asked for), summed chunk by
+    chunk from the logits' gradients: ``d states = d z @ W``, ``d W += d z^T @ states``; the
+    weight's in fp32 at least."""
+
+    def __init__(self, states: Tensor, weight: Tensor, wanted: tuple[bool, bool]):
+        self.states_dtype, self.weight_dtype = states.dtype, weight.dtype
+        self.states = torch.empty_like(states) if wanted[0] else None  # [N, d]
+        self.weight = (torch.zeros(weight.shape,
+                                   dtype=torch.promote_types(weight.dtype, torch.float32),
+                                   device=weight.device) if wanted[1] else None)  # [V, d]
+
+    def add(self, grad_logits: Tensor, rows: slice, states: Tensor, projection: Tensor) -> None:
+        if self.states is not None:
+            self.states[rows] = (grad_logits @ projection).to(self.states_dtype)
+        if self.weight is not None:
+            self.weight += grad_logits.T @ states[rows].to(projection.dtype)
+
+    def result(self, factor: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """The two gradients (None where not asked for), times ``factor`` where given."""
+        states, weight = self.states, self.weight
+        if factor is not None:
+            states = None if states is None else states * factor.to(states.dtype)
+            weight = None if weight is None else weight * factor
+        return states, None if weight is None else weight.to(self.weight_dtype)
+
+
+def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice) -> Tensor:
+    """The gradient's factor for a chunk's rows: ``scale``, or ``[c, 1]`` with each row's weight."""
+    if token_weight is None:
+        return scale
+    return _rows_dynamic((scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0]
 
 
 def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing: "_Smoothing",
@@ -139,6 +198,22 @@ def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing:
     logits = _logits(states, projection).to(accumulate)
     expected = smoothing.expected_logit(logits, targets)
     return _log_sum_exp_(logits), expected
+
+
+def _chunk_terms_and_gradient(states: Tensor, targets: Tensor, projection: Tensor,
+                              smoothing: "_Smoothing", accumulate: torch.dtype,
+                              scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_chunk_terms` and :func:`_logit_gradient` from one product: a chunk's
+    log-normalisers and expected logits ``[c]``, and ``(softmax(z) - q) * scale`` ``[c, V]`` in
+    the projection's dtype."""
+    logits = _logits(states, projection).to(accumulate)
+    expected = smoothing.expected_logit(logits, targets)
+    largest = logits.amax(dim=1, keepdim=True)  # [c, 1]
+    exponentials = logits.sub_(largest).exp_()  # in place of the logits: one [c, V] buffer
+    sums = exponentials.sum(dim=1)
+    log_normalisers = sums.log() + largest.squeeze(1)
+    gradient = smoothing.minus_target(exponentials.div_(sums.unsqueeze(1)), targets)
+    return log_normalisers, expected, gradient.mul_(scale).to(projection.dtype)
 
 
 def _logit_gradient(states: Tensor, log_normalisers: Tensor, targets: Tensor,
@@ -186,8 +261,11 @@ class _Smoothing:
     def softmax_minus_target(self, logits: Tensor, log_normalisers: Tensor,
                              targets: Tensor) -> Tensor:
         """``softmax(z) - q``, the loss's gradient with respect to the logits, ``[c, V]``."""
-        # softmax, in place of the logits
-        gradient = logits.sub_(log_normalisers.unsqueeze(1)).exp_()
+        return self.minus_target(logits.sub_(log_normalisers.unsqueeze(1)).exp_(), targets)
+
+    def minus_target(self, probabilities: Tensor, targets: Tensor) -> Tensor:
+        """``p - q`` in place of the probabilities ``p`` ``[c, V]``."""
+        gradient = probabilities
         gradient -= self.other
         gradient[:, PAD] += self.other
         rows = torch.arange(targets.numel(), device=targets.device)

@@ -220,9 +220,11 @@ class Trainer:
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during its backward
+            factor = self.world / target_tokens
             with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
-                loss = self._pass_loss(batch)
-                self.optimizer_update.backward(loss * (self.world / target_tokens))  # x S in fp16
+                loss = self._pass_loss(batch, self.optimizer_update.loss_gradient(factor,
+                                                                                  self.device))
+                self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
         totals[2] += len(batches)
         distributed.all_reduce_sum(totals)
@@ -256,8 +258,9 @@ class Trainer:
         return pass_shape(corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1,
                           self.training.max_tokens_per_device, self.training.pad_to_multiple)
 
-    def _pass_loss(self, batch) -> torch.Tensor:
-        """The summed label-smoothed loss of one pass's target tokens (section 5.4)."""
+    def _pass_loss(self, batch, loss_gradient: torch.Tensor) -> torch.Tensor:
+        """The summed label-smoothed loss of one pass's target tokens (section 5.4), whose
+        gradients come with it for ``loss_gradient``, the gradient its backward will bring."""
         dtype = autocast_dtype(self.precision)
         inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
                   batch.source_noise, batch.target_noise)
@@ -269,7 +272,8 @@ class Trainer:
                                                     batch.target_tokens(),
                                                     self.config.label_smoothing,
                                                     compiled=self.compiled,
-                                                    token_weight=batch.target_weight)
+                                                    token_weight=batch.target_weight,
+                                                    gradient_scale=loss_gradient)
             return loss
 
     def _evaluate(self) -> None:
