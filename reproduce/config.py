@@ -414,7 +414,16 @@ class TrainingConfig(Strict):
                     "cells, no mask; CUDA in bf16 or fp16, padded elsewhere). Both compute eq. 1 "
                     "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
                     "losses as padded, a third of the peak memory for a 32k-token pass of big, "
-                    "and faster; BENCHMARKS.md), padded on CPUs.")
+                    "and faster; BENCHMARKS.md), padded on CPUs and with pass_buckets.")
+
+    @model_validator(mode="after")
+    def _varlen_passes_without_dummy_tokens(self) -> "TrainingConfig":
+        if self.attention == "varlen" and self.pass_buckets:
+            raise ConfigError(
+                "attention: varlen with pass_buckets: a bucketed pass's dummy tokens may sit in "
+                "a sentence's padding, where varlen attention (no key mask) would let the "
+                "sentence attend to them; use attention: padded (or auto) with pass_buckets")
+        return self
 
     @model_validator(mode="after")
     def _a_pass_holds_the_longest_pair(self) -> "TrainingConfig":

@@ -115,6 +115,11 @@ FIELD_CASES = [
     ("training-average_last-above-saved", lambda raw: raw["training"].update(
         steps=100, checkpoints={"every_steps": 50, "every_minutes": 0, "keep_last": 5}),
      ["average_last (5) is more than the 2 checkpoints"]),
+    ("training-varlen-with-pass_buckets", lambda raw: raw["training"].update(
+        attention="varlen", pass_buckets=True),
+     ["attention: varlen with pass_buckets", "use attention: padded"]),
+    ("training-attention-unknown", _set("training.attention", "flash"),
+     ["training.attention", "'flash'"]),
     # decoding
     ("decoding-beam-zero", _set("decoding.beam_size", 0), ["decoding.beam_size"]),
     ("decoding-length_penalty-negative", _set("decoding.length_penalty", -1),

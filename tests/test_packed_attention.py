@@ -99,3 +99,13 @@ def test_the_model_on_packed_tokens_equals_the_model_on_the_padded_batch_in_floa
     states = {varlen: TeacherForcedStates(model, varlen_attention=varlen)(source, target, *indexes)
               for varlen in (False, True)}
     torch.testing.assert_close(states[True], states[False], rtol=0, atol=1e-12)
+
+
+def test_a_bucketed_pass_counts_its_dummy_tokens_in_the_rows_that_hold_them():
+    """``cumulative_lengths`` reads the tokens' positions, not the PAD ids: a bucketed pass's
+    dummy tokens are PAD ids at token positions (here two in row 1's padding, three in the
+    dummy row 2, whose first position is not a token)."""
+    tokens = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0], [2, 0, 0, 0]])
+    index = torch.tensor([0, 1, 2, 4, 6, 7, 9, 10, 11])
+    assert TokenLayout.of(tokens, index).cumulative_lengths().tolist() == [0, 3, 6, 9]
+    assert TokenLayout.of(tokens).cumulative_lengths().tolist() == [0, 3, 4, 5]

@@ -50,10 +50,13 @@ class TokenLayout:
         return self.padding.size(1)
 
     def cumulative_lengths(self) -> Tensor:
-        """``[B + 1]`` int32: where each sentence's tokens begin among the ``N`` (and ``N`` last),
-        as varlen attention takes them (``cu_seqlens``); computed on the device, no sync."""
-        lengths = self.padding.logical_not().sum(1, dtype=torch.int32)
-        return torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        """``[B + 1]`` int32: where each row's tokens begin among the ``N`` (and ``N`` last), as
+        varlen attention takes them (``cu_seqlens``): the count of token positions before each
+        row's first, read from ``index`` (so that a bucketed pass's dummy tokens, which are PAD
+        ids, count in the row that holds them); on the device, no sync."""
+        batch, length = self.padding.shape
+        row_starts = torch.arange(batch + 1, device=self.index.device) * length
+        return torch.searchsorted(self.index, row_starts, out_int32=True)
 
     def positions(self) -> Tensor:
         """``[N]``: each token's position within its sentence (0 for the first)."""

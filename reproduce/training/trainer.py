@@ -125,7 +125,8 @@ class Trainer:
         self.flops = model_flops(self.config, self.pieces.size)
         # The wrappers share the model's parameters; checkpoints save the plain model. The
         # wrapped call gives decoder states; the projection is fused with the loss (_train_step).
-        varlen = t.attention == "varlen" or (t.attention == "auto" and self.device.type == "cuda")
+        varlen = t.attention == "varlen" or (t.attention == "auto" and self.device.type == "cuda"
+                                             and not t.pass_buckets)
         teacher_forced = TeacherForcedStates(self.model, varlen_attention=varlen)
         self.parallel = distributed.data_parallel(teacher_forced)
         wrapped = self.parallel or teacher_forced
