@@ -167,6 +167,20 @@ def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-4)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", [0, 2])
+def test_reading_which_sentences_are_done_every_few_steps_changes_no_translation_on_the_gpu(
+        seed):
+    """``decoding.check_every`` on the GPU, where it saves a host read per step: the same
+    translations, sentences done between reads frozen on the device."""
+    from tests.test_beam_search import peaky_model, random_batch
+
+    model, batch = peaky_model(seed).cuda(), random_batch(seed, 16).cuda()
+    every_step = beam_search(model, batch, 4, 0.6, 6, check_every=1)
+    for check_every in (4, 8):
+        assert beam_search(model, batch, 4, 0.6, 6, check_every=check_every) == every_step
+
+
 def _visible_gpus() -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
