@@ -43,7 +43,6 @@ from reproduce.model.packed_attention import PADDED_KERNELS, attend_packed
 from reproduce.model.token_layout import TokenLayout
 
 
-
 def _xavier_blocks(weight: Tensor, sizes: list[int]) -> None:
     """Xavier-uniform initialisation of each projection inside a fused weight, as if separate."""
     for block in torch.split(weight.data, sizes, dim=0):
