@@ -374,12 +374,12 @@ def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -
             reduced.append(bucket.buffer().numel() * bucket.buffer().element_size())
             return default_hooks.allreduce_hook(state, bucket)
 
-        trainer.parallel.register_comm_hook(None, record_bucket)
+        trainer.passes.parallel.register_comm_hook(None, record_bucket)
         for _ in range(2):  # a parameter without a gradient would make the second step raise
             reduced.clear()
             trainer._train_step()
         if rank == 0:
-            ddp = trainer.parallel
+            ddp = trainer.passes.parallel
             logged = ddp._get_ddp_logging_data()
             report = {
                 "wraps": type(ddp.module).__name__, "device": str(trainer.device),

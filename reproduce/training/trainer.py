@@ -16,7 +16,8 @@ passes, a non-finite gradient) are read once the next step is queued (:class:`Qu
 at once where the step logs, evaluates, saves or ends the run. ``training.pass_buckets`` gives
 the passes few shapes (:func:`reproduce.training.batching.pass_shape`). Every step's exact FLOPs
 (:mod:`reproduce.model.flops`) are counted from its pairs' lengths, for throughput and MFU.
-``training.compile: auto`` compiles the forward pass on GPUs and leaves CPUs eager.
+A pass itself (forward, loss and its gradients; eager or compiled, attention packed or padded)
+is :class:`reproduce.training.pass_runner.PassRunner`'s.
 
 A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training.checkpoints`),
 and only if that checkpoint was trained with the same settings
@@ -49,7 +50,6 @@ import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +70,12 @@ from reproduce.training.batching import (MicroBatchStream, PassShape, StreamPosi
 from reproduce.training.checkpoints import CheckpointSchedule, check_room, latest_good_checkpoint
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.interruption import Interruption
-from reproduce.training.precision import (OptimizerUpdate, autocast_dtype, device_name,
-                                          run_precision)
+from reproduce.training.pass_runner import PassRunner
+from reproduce.training.precision import OptimizerUpdate, device_name, run_precision
 from reproduce.training.progress import ThroughputWindow, progress_line
-from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.run_records import (MetricsCallback, RunRecords, RunTotals, StepOutcome,
                                             peak_flops_of)
 from reproduce.training.schedule import learning_rate
-from reproduce.training.teacher_forcing import TeacherForcedStates, mark_pass_sizes_dynamic
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +121,10 @@ class Trainer:
         torch.manual_seed(t.seed)  # identical initial weights on every rank
         self.model = build_model(self.config, self.pieces.size).to(self.device)
         self.flops = model_flops(self.config, self.pieces.size)
-        # The wrappers share the model's parameters; checkpoints save the plain model. The
-        # wrapped call gives decoder states; the projection is fused with the loss (_train_step).
-        varlen = t.attention == "varlen" or (t.attention == "auto" and self.device.type == "cuda"
-                                             and not t.pass_buckets)
-        teacher_forced = TeacherForcedStates(self.model, varlen_attention=varlen)
-        self.parallel = distributed.data_parallel(teacher_forced)
-        wrapped = self.parallel or teacher_forced
-        self.compiled = t.compile is True or (t.compile == "auto" and self.device.type == "cuda")
-        self.forward = torch.compile(wrapped) if self.compiled else wrapped
+        # The pass runner wraps the model (checkpoints save the plain model): decoder states,
+        # then the projection fused with the loss and its gradients.
+        self.passes = PassRunner(self.model, t, self.config.label_smoothing, self.device,
+                                 self.precision)
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.parameters = list(self.model.parameters())
@@ -222,9 +215,9 @@ class Trainer:
             totals[1] += batch.source.numel() + batch.target_output.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during its backward
             factor = self.world / target_tokens
-            with nullcontext() if last or self.parallel is None else self.parallel.no_sync():
-                loss = self._pass_loss(batch, self.optimizer_update.loss_gradient(factor,
-                                                                                  self.device))
+            with self.passes.gradients_held(last):
+                loss = self.passes.loss(batch, self.optimizer_update.loss_gradient(factor,
+                                                                                   self.device))
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
         totals[2] += len(batches)
@@ -258,24 +251,6 @@ class Trainer:
         corpus = self.train_corpus
         return pass_shape(corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1,
                           self.training.max_tokens_per_device, self.training.pad_to_multiple)
-
-    def _pass_loss(self, batch, loss_gradient: torch.Tensor) -> torch.Tensor:
-        """The summed label-smoothed loss of one pass's target tokens (section 5.4), whose
-        gradients come with it for ``loss_gradient``, the gradient its backward will bring."""
-        dtype = autocast_dtype(self.precision)
-        inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
-                  batch.source_noise, batch.target_noise)
-        if self.compiled:
-            mark_pass_sizes_dynamic(*inputs)
-        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None):
-            states = self.forward(*inputs)  # [N, d] at the target tokens
-            loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
-                                                    batch.target_tokens(),
-                                                    self.config.label_smoothing,
-                                                    compiled=self.compiled,
-                                                    token_weight=batch.target_weight,
-                                                    gradient_scale=loss_gradient)
-            return loss
 
     def _evaluate(self) -> None:
         total, tokens = corpus_negative_log_likelihood(
@@ -374,7 +349,7 @@ class Trainer:
         run = {"dataset": self.dataset, "variant": self.variant.name,
                "parameters": self.model.num_parameters(),
                "micro_batches_per_step": self.training.micro_batches_per_step,
-               "compiled": self.compiled, "precision": self.precision}
+               "compiled": self.passes.compiled, "precision": self.precision}
         return self.records.finish(final, self.schedule, run, self.totals, self.device,
                                    self.world)
 

@@ -1,0 +1,61 @@
+"""How a training pass is computed: the teacher-forced forward pass (section 3) and the fused
+projection and label-smoothed loss (sections 3.4 and 5.4), whose gradients come with it.
+
+The runner is built from the settings once: attention over packed tokens or over the padded
+batch (``training.attention``), DistributedDataParallel where there are several ranks, and
+``torch.compile`` where ``training.compile`` says; the trainer hands it one collated pass at a
+time. It holds no state of the run: checkpoints save the plain model it wraps.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from reproduce.config import TrainingConfig
+from reproduce.model.encoder_decoder import TranslationModel
+from reproduce.training import distributed
+from reproduce.training.batching import Batch
+from reproduce.training.precision import autocast_dtype
+from reproduce.training.projected_loss import projected_label_smoothed_loss
+from reproduce.training.teacher_forcing import TeacherForcedStates, mark_pass_sizes_dynamic
+
+
+class PassRunner:
+    """``loss(batch, loss_gradient)``: the summed label-smoothed loss of one pass's target tokens
+    and, for the gradient its backward will bring (``loss_gradient``), its gradients."""
+
+    def __init__(self, model: TranslationModel, training: TrainingConfig, label_smoothing: float,
+                 device: torch.device, precision: str):
+        self.model, self.label_smoothing = model, label_smoothing
+        self.autocast = autocast_dtype(precision)
+        self.device_type = device.type
+        on_gpu = device.type == "cuda"
+        self.varlen = training.attention == "varlen" or (
+            training.attention == "auto" and on_gpu and not training.pass_buckets)
+        teacher_forced = TeacherForcedStates(model, varlen_attention=self.varlen)
+        self.parallel = distributed.data_parallel(teacher_forced)
+        wrapped = self.parallel or teacher_forced
+        self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
+        self.forward = torch.compile(wrapped) if self.compiled else wrapped
+
+    def gradients_held(self, last: bool) -> AbstractContextManager:
+        """Where several ranks run: a pass before the step's last keeps its gradients on this
+        rank (DDP's ``no_sync``); the last one's are all-reduced during its backward."""
+        return nullcontext() if last or self.parallel is None else self.parallel.no_sync()
+
+    def loss(self, batch: Batch, loss_gradient: torch.Tensor) -> torch.Tensor:
+        inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
+                  batch.source_noise, batch.target_noise)
+        if self.compiled:
+            mark_pass_sizes_dynamic(*inputs)
+        with torch.autocast(self.device_type, dtype=self.autocast,
+                            enabled=self.autocast is not None):
+            states = self.forward(*inputs)  # [N, d] at the target tokens
+            loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
+                                                    batch.target_tokens(), self.label_smoothing,
+                                                    compiled=self.compiled,
+                                                    token_weight=batch.target_weight,
+                                                    gradient_scale=loss_gradient)
+        return loss
