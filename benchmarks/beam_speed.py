@@ -5,7 +5,8 @@ benchmark's corpus (log-normal around 26 tokens, ``trainer_speed.wmt_source_leng
 :func:`reproduce.decoding.translate.translate_sentences`, as ``reproduce evaluate`` decodes:
 sorted by length, batches of ``decoding.max_sentences_per_batch``, beam 4, alpha 0.6, at most
 source + 50 tokens (section 6.1; the ``decoding`` settings of ``configs/wmt14_en_de.yaml``), in
-fp32 like the real path. Only sentencepiece is left out: sentences are strings of token ids.
+its ``decoding.precision`` (fp32) or ``--precision``'s. Only sentencepiece is left out: sentences
+are strings of token ids.
 
 The weights are random (speed needs no trained ones), and ``--lengths`` says how long the
 hypotheses run, which every figure names:
@@ -139,6 +140,8 @@ def main() -> None:
                         help="decoding.max_sentences_per_batch (default: the config's)")
     parser.add_argument("--tokens-per-batch", type=int,
                         help="decoding.max_tokens_per_batch (default: the config's)")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                        help="decoding.precision (default: the config's)")
     parser.add_argument("--profile", action="store_true",
                         help="then profile the decoding of one batch (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -149,7 +152,8 @@ def main() -> None:
     config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
     replaced = {name: value for name, value in (
         ("check_every", args.check_every), ("max_sentences_per_batch", args.sentences_per_batch),
-        ("max_tokens_per_batch", args.tokens_per_batch)) if value is not None}
+        ("max_tokens_per_batch", args.tokens_per_batch), ("precision", args.precision))
+        if value is not None}
     decoding = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
@@ -183,7 +187,7 @@ def main() -> None:
         "generated_tokens_per_second": generated / seconds}
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, size: {args.size} (N={config.layers}, d_model={config.d_model}), "
-          f"vocab {args.vocab}, fp32, random weights, {args.lengths} lengths")
+          f"vocab {args.vocab}, {decoding.precision}, random weights, {args.lengths} lengths")
     print(f"decoding: beam {decoding.beam_size}, alpha {decoding.length_penalty}, max length "
           f"source + {decoding.max_length_offset}, at most {decoding.max_sentences_per_batch} "
           f"sentences and {decoding.max_tokens_per_batch:,} positions a batch, done read every "

@@ -134,6 +134,7 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                   "trained-check8"),
             _beam(logs, "base", ["--lengths", "trained", "--check-every", "8",
                                  "--sentences-per-batch", "256"], 60, "trained-check8-256"),
+            _beam(logs, "base", ["--precision", "bf16"], 90, "bf16"),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",
                          ["--bf16", "--compile"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its

@@ -514,6 +514,13 @@ class DecodingConfig(Strict):
                     "nothing until read. The translations are the same whatever the value. 1 "
                     "on every device until a GPU session measures more (BENCHMARKS.md): a CPU "
                     "does not wait on a read, and only pays for the frozen rows.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="The arithmetic of beam search: fp32, or the model's matrix products under "
+                    "bf16 or fp16 autocast (log-softmax and the hypotheses' scores stay fp32), "
+                    "which GPUs compute at their matrix units' rate. fp32 until the effect of "
+                    "bf16 on a trained model's BLEU is measured (BENCHMARKS.md); a change "
+                    "decodes again, since it may change translations.")
     max_source_pieces: int = Field(
         default=1024, gt=0,
         description="Longest source line decoded, in sentencepiece pieces with its end of "

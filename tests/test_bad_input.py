@@ -815,7 +815,8 @@ def test_an_edited_bound_replans_no_decoding(world, tmp_path):
     experiment = workdir / "configs/tiny.yaml"
     decoded_with = experiment.read_text()
     for edit, replanned in (({"max_source_pieces": 40}, False), ({"check_every": 4}, False),
-                            ({"beam_size": 2}, True), ({"max_tokens_per_batch": 1000}, True)):
+                            ({"beam_size": 2}, True), ({"max_tokens_per_batch": 1000}, True),
+                            ({"precision": "bf16"}, True)):
         raw = yaml.safe_load(decoded_with)
         raw["decoding"].update(edit)
         experiment.write_text(yaml.safe_dump(raw))

@@ -121,6 +121,8 @@ FIELD_CASES = [
     ("training-attention-unknown", _set("training.attention", "flash"),
      ["training.attention", "'flash'"]),
     # decoding
+    ("decoding-precision-unknown", _set("decoding.precision", "int8"),
+     ["decoding.precision", "'int8'"]),
     ("decoding-beam-zero", _set("decoding.beam_size", 0), ["decoding.beam_size"]),
     ("decoding-length_penalty-negative", _set("decoding.length_penalty", -1),
      ["decoding.length_penalty"]),

@@ -150,3 +150,23 @@ def test_demo_cpu_sums_by_rule_and_puts_the_longest_training_first(tmp_path):
     assert "| train | 3 | 20 | 4.0-10.0 |" in output
     assert "estimated wall time alone on 2 cores: 13 s" in output
     assert "(start-up 1 s, jobs 10 s, Snakemake's share 2 s)" in output
+
+
+@pytest.mark.slow
+def test_decoding_precision_compares_a_trained_checkpoints_translations(tmp_path):
+    """A checkpoint of the tiny pipeline decoded in fp32 and bf16: both scored, the changed
+    lines counted, the difference that of the two scores."""
+    from tests.stage_pipeline import D, build_pipeline
+
+    experiment, results = build_pipeline(tmp_path)
+    output = _run("decoding_precision.py", "--experiment", str(experiment), "--variant", "base",
+                  "--checkpoint", str(results / D / "base/averaged.pt"),
+                  "--spm-model", str(results / D / "bpe/spm.model"),
+                  "--source", str(results / D / "data/dev.src"),
+                  "--reference", str(results / D / "data/dev.ref"),
+                  "--json", str(tmp_path / "figures.json"))
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["sentences"] == 40 and 0 <= figures["changed_lines"] <= 40
+    assert figures["changed_share"] == figures["changed_lines"] / 40
+    assert figures["bleu_difference"] == figures["bf16"]["sacrebleu"] - figures["fp32"]["sacrebleu"]
+    assert f"{figures['changed_lines']} of 40 translations changed" in output

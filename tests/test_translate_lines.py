@@ -171,3 +171,26 @@ def test_a_trained_models_translations_are_the_same_however_batched_or_read(trai
                    {"max_tokens_per_batch": 4 * 70 * 5, "check_every": 4}):
         changed = decoding.model_copy(update=update)
         assert translate_sentences(trained, processor, lines, changed) == expected, update
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_decoding_in_lower_precision_runs_the_products_in_it_and_the_scores_in_fp32(
+        trained, processor, precision):
+    """``decoding.precision``: the model's matrix products under autocast (a hook reads the
+    output projection's dtype), log-probabilities in fp32 (beam search upcasts the logits), a
+    translation for every line; fp32 (the default) computes in fp32 as before."""
+    lines = [source for source, _ in generate_corpus(0, 0, 12, seed=3)["test"]]
+    seen = []
+    hook = trained.encoder[0].feed_forward.register_forward_hook(
+        lambda module, inputs, output: seen.append(output.dtype))
+    try:
+        fp32 = translate_sentences(trained, processor, lines, DecodingConfig())
+        assert set(seen) == {torch.float32}
+        seen.clear()
+        lower = translate_sentences(trained, processor, lines,
+                                    DecodingConfig(precision=precision))
+    finally:
+        hook.remove()
+    assert set(seen) == {torch.bfloat16 if precision == "bf16" else torch.float16}
+    assert len(lower) == len(fp32) and all(isinstance(line, str) for line in lower)
+    assert sum(a == b for a, b in zip(lower, fp32, strict=True)) >= len(lines) // 2

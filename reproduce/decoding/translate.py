@@ -1,6 +1,7 @@
 """Translation of a text file with a trained checkpoint: sentencepiece -> beam search -> text.
 
-Sentences are sorted by length and decoded in batches of at most ``max_sentences_per_batch``
+Sentences are sorted by length and decoded (in ``decoding.precision``: fp32, or bf16 / fp16
+autocast) in batches of at most ``max_sentences_per_batch``
 sentences and ``max_tokens_per_batch`` cached positions (batching similar lengths wastes little
 on padding); the output keeps the input's line order and has
 exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.files`),
@@ -28,6 +29,7 @@ from reproduce.provenance import Pieces, check_same_pieces, check_trained_with
 from reproduce.stage_progress import StageProgress
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint
+from reproduce.training.precision import autocast_dtype
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,10 @@ def translate_sentences(
     order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
                    key=lambda index: len(encoded[index]))
     batches = _batches(order, [len(ids) for ids in encoded], decoding)
-    with StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress:
+    dtype = autocast_dtype(decoding.precision)
+    device_type = torch.device(device).type
+    with (StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress,
+          torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)):
         for batch in batches:
             longest = max(len(encoded[index]) for index in batch)
             source = torch.full((len(batch), longest), PAD, dtype=torch.long)

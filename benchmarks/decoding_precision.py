@@ -1,0 +1,74 @@
+"""What decoding in bf16 (or fp16) does to a trained model's translations: the same checkpoint
+and source decoded in fp32 and in ``--precision`` through
+:func:`reproduce.decoding.translate.translate_sentences` (the decoding settings of the
+experiment's variant, ``decoding.precision`` aside), then the share of lines whose translation
+changed and sacreBLEU of each against the reference (``decoding.precision`` stays fp32 until
+such a figure, on a WMT model, shows the difference negligible).
+
+    python benchmarks/decoding_precision.py --experiment configs/tiny.yaml --variant base \\
+        --checkpoint results/tiny/base/seed-1/averaged.pt --spm-model results/tiny/bpe/spm.model \\
+        --source results/tiny/data/test.src --reference results/tiny/data/test.ref
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from reproduce.data.bpe import load_sentencepiece
+from reproduce.decoding.translate import load_model, translate_sentences
+from reproduce.experiment_file import load_experiment
+from reproduce.files import read_lines, write_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--experiment", type=Path, required=True)
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--spm-model", type=Path, required=True)
+    parser.add_argument("--source", type=Path, required=True)
+    parser.add_argument("--reference", type=Path, required=True)
+    parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    args = parser.parse_args()
+
+    decoding = load_experiment(args.experiment).variant(args.variant).decoding
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_model(args.checkpoint, device)
+    processor = load_sentencepiece(args.spm_model)
+    sources, references = read_lines(args.source), read_lines(args.reference)
+    figures = {"benchmark": "decoding_precision", "device": str(device),
+               "checkpoint": str(args.checkpoint), "source": str(args.source),
+               "sentences": len(sources)}
+    translations = {}
+    for precision in ("fp32", args.precision):
+        settings = decoding.model_copy(update={"precision": precision})
+        started = time.perf_counter()
+        translations[precision] = translate_sentences(model, processor, sources, settings,
+                                                      device, str(args.source))
+        seconds = time.perf_counter() - started
+        bleu = sacrebleu.corpus_bleu(translations[precision], [references]).score
+        figures[precision] = {"sacrebleu": bleu, "seconds": seconds}
+    changed = sum(a != b for a, b in zip(translations["fp32"], translations[args.precision],
+                                         strict=True))
+    figures["changed_lines"], figures["changed_share"] = changed, changed / len(sources)
+    figures["bleu_difference"] = (figures[args.precision]["sacrebleu"]
+                                  - figures["fp32"]["sacrebleu"])
+    print(f"device {device}, {len(sources)} sentences of {args.source}, {args.checkpoint}")
+    for precision in ("fp32", args.precision):
+        print(f"{precision}: sacreBLEU {figures[precision]['sacrebleu']:.2f} in "
+              f"{figures[precision]['seconds']:.1f} s")
+    print(f"{args.precision} - fp32: {figures['bleu_difference']:+.2f} BLEU; {changed} of "
+          f"{len(sources)} translations changed ({100 * figures['changed_share']:.1f}%)")
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
