@@ -84,16 +84,18 @@ def write_synthetic_corpus(directory: Path, pairs: int, vocab: int, seed: int) -
 def variant_for(experiment: Experiment, size: str, steps: int, log_every: int,
                 compile_model: bool, precision: str | None, tokens_per_step: int | None,
                 max_tokens_per_device: int | None = None, pass_buckets: bool = False,
-                attention: str = "auto"):
+                attention: str = "auto", cuda_graphs: bool = False):
     variant = experiment.variant("big" if size == "big" else "base")
     model = variant.model.model_copy(update=CPU_MODEL) if size == "cpu" else variant.model
     training = variant.training.model_copy(update={
         "steps": steps, "log_every_steps": log_every, "eval_every_steps": 10 * steps,
-        "compile": compile_model, "precision": precision or variant.training.precision,
+        "compile": compile_model or cuda_graphs,
+        "precision": precision or variant.training.precision,
         "tokens_per_step": tokens_per_step or variant.training.tokens_per_step,
         "max_tokens_per_device": (max_tokens_per_device
                                   or variant.training.max_tokens_per_device),
-        "pass_buckets": pass_buckets, "attention": attention,
+        "pass_buckets": pass_buckets or cuda_graphs, "attention": attention,
+        "cuda_graphs": cuda_graphs,
         "checkpoints": variant.training.checkpoints.model_copy(update={"every_steps": steps}),
     })
     return variant.model_copy(update={"model": model, "training": training})
@@ -116,6 +118,8 @@ def main() -> None:
                         help="tokens of a device pass (default: the config's)")
     parser.add_argument("--pass-buckets", action="store_true",
                         help="training.pass_buckets: passes of few shapes")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="training.cuda_graphs (with pass_buckets, compiled)")
     parser.add_argument("--attention", choices=["auto", "padded", "varlen"], default="auto",
                         help="training.attention")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
@@ -132,7 +136,8 @@ def main() -> None:
         experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
         variant = variant_for(experiment, args.size, args.steps, args.log_every, args.compile,
                               args.precision, args.tokens_per_step,
-                              args.max_tokens_per_device, args.pass_buckets, args.attention)
+                              args.max_tokens_per_device, args.pass_buckets, args.attention,
+                              args.cuda_graphs)
         trainer = Trainer(variant, experiment, train, dev, folder / "run")
         summary = trainer.run()
         peak_mib = (torch.cuda.max_memory_allocated() / 2**20
@@ -144,8 +149,8 @@ def main() -> None:
                     if args.profile else None)
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
-    figures.update(peak_memory_mib=peak_mib, pass_buckets=args.pass_buckets,
-                   attention=args.attention,
+    figures.update(peak_memory_mib=peak_mib, pass_buckets=variant.training.pass_buckets,
+                   attention=args.attention, cuda_graphs=args.cuda_graphs,
                    max_tokens_per_device=variant.training.max_tokens_per_device,
                    passes_per_step=summary.get("mean_passes_per_step"))
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
@@ -155,8 +160,8 @@ def main() -> None:
           f"{figures['mean_source_tokens_per_step']:.0f} source, "
           f"{figures['mean_target_tokens_per_step']:.0f} target; padding "
           f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
-          f"{figures['max_tokens_per_device']}, pass_buckets {args.pass_buckets}, attention "
-          f"{args.attention}, passes per step "
+          f"{figures['max_tokens_per_device']}, pass_buckets {variant.training.pass_buckets}, "
+          f"cuda_graphs {args.cuda_graphs}, attention {args.attention}, passes per step "
           f"{figures['passes_per_step']}, peak memory "
           + (f"{peak_mib:,.0f} MiB" if peak_mib is not None else "n/a"))
     print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")

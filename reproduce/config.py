@@ -405,6 +405,14 @@ class TrainingConfig(Strict):
                     "launches, the dropout hash fused), eager on CPUs (compiling costs more than "
                     "it saves there). The weights do not depend on it beyond float summation "
                     "order.")
+    cuda_graphs: bool = Field(
+        default=False,
+        description="On GPUs, replay each pass shape's compiled forward and backward as CUDA "
+                    "graphs (torch.compile's reduce-overhead mode: a graph recorded once per "
+                    "shape, then one launch where there were hundreds), for a host that cannot "
+                    "launch kernels as fast as the GPU runs them. Needs compile and "
+                    "pass_buckets (a few shapes, each recorded once); changes nothing on CPUs. "
+                    "Off until a GPU has run its tests and measured it (BENCHMARKS.md).")
 
     attention: Literal["auto", "padded", "varlen"] = Field(
         default="auto",
@@ -415,6 +423,14 @@ class TrainingConfig(Strict):
                     "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
                     "losses as padded, a third of the peak memory for a 32k-token pass of big, "
                     "and faster; BENCHMARKS.md), padded on CPUs and with pass_buckets.")
+
+    @model_validator(mode="after")
+    def _graphs_of_few_compiled_shapes(self) -> "TrainingConfig":
+        if self.cuda_graphs and not (self.pass_buckets and self.compile is not False):
+            raise ConfigError(
+                "cuda_graphs records a graph per pass shape of the compiled pass: it needs "
+                "pass_buckets: true (a few shapes) and compile: auto or true")
+        return self
 
     @model_validator(mode="after")
     def _varlen_passes_without_dummy_tokens(self) -> "TrainingConfig":

@@ -43,11 +43,11 @@ if TYPE_CHECKING:
 # often to log, evaluate and save, and how many checkpoints to keep and average. ``steps`` is
 # compared on its own: raising it continues a run. Neither how a step is cut into passes
 # (max_tokens_per_device), nor the padding of their tensors (pad_to_multiple, pass_buckets), nor
-# compilation, nor the attention kernel changes the weights, beyond float summation order: a run
-# may resume on a GPU of another size, or on a CPU.
+# compilation (CUDA graphs included), nor the attention kernel changes the weights, beyond float
+# summation order: a run may resume on a GPU of another size, or on a CPU.
 NOT_TRAINED_ON = frozenset({"steps", "log_every_steps", "eval_every_steps", "checkpoints",
                             "average_last", "compile", "max_tokens_per_device",
-                            "pad_to_multiple", "pass_buckets", "attention"})
+                            "pad_to_multiple", "pass_buckets", "attention", "cuda_graphs"})
 
 # How a refused training is started over, without losing what it computed.
 RESTART_HINT = ("to start over, run `reproduce train` again with --restart, which moves "

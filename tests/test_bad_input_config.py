@@ -118,6 +118,11 @@ FIELD_CASES = [
     ("training-varlen-with-pass_buckets", lambda raw: raw["training"].update(
         attention="varlen", pass_buckets=True),
      ["attention: varlen with pass_buckets", "use attention: padded"]),
+    ("training-cuda_graphs-without-pass_buckets", _set("training.cuda_graphs", True),
+     ["cuda_graphs records a graph per pass shape", "pass_buckets: true"]),
+    ("training-cuda_graphs-uncompiled", lambda raw: raw["training"].update(
+        cuda_graphs=True, pass_buckets=True, compile=False),
+     ["cuda_graphs records a graph per pass shape", "compile: auto or true"]),
     ("training-attention-unknown", _set("training.attention", "flash"),
      ["training.attention", "'flash'"]),
     # decoding

@@ -351,6 +351,27 @@ def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, 
         assert abs(varlen - padded) / padded < 0.02, losses
 
 
+@pytest.mark.gpu
+def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(corpora, tmp_path):
+    """``training.cuda_graphs`` (bucketed passes, compiled): the same logged losses as the
+    compiled passes without graphs, to bf16's rounding, and a warm step replays graphs."""
+    losses, trainers = {}, {}
+    for graphs in (False, True):
+        variant = _base_width_variant(steps=20, precision="bf16", pass_buckets=True)
+        variant = variant.model_copy(update={"training": variant.training.model_copy(
+            update={"compile": True, "cuda_graphs": graphs})})
+        trainer = trainers[graphs] = Trainer(variant, TINY, *corpora, tmp_path / str(graphs))
+        assert trainer.passes.graphs is graphs
+        trainer.run()
+        losses[graphs] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
+                          if "train_loss" in row]
+    for plain, captured in zip(losses[False], losses[True], strict=True):
+        assert abs(captured - plain) / plain < 0.02, losses
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        trainers[True]._train_step().outcome()
+    assert any(event.name == "cudaGraphLaunch" for event in profiler.events())
+
+
 # -- data parallelism ---------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as listener:

@@ -2,9 +2,10 @@
 projection and label-smoothed loss (sections 3.4 and 5.4), whose gradients come with it.
 
 The runner is built from the settings once: attention over packed tokens or over the padded
-batch (``training.attention``), DistributedDataParallel where there are several ranks, and
-``torch.compile`` where ``training.compile`` says; the trainer hands it one collated pass at a
-time. It holds no state of the run: checkpoints save the plain model it wraps.
+batch (``training.attention``), DistributedDataParallel where there are several ranks,
+``torch.compile`` where ``training.compile`` says, and CUDA graphs of each pass shape where
+``training.cuda_graphs`` does; the trainer hands it one collated pass at a time. It holds no
+state of the run: checkpoints save the plain model it wraps.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class PassRunner:
         self.parallel = distributed.data_parallel(teacher_forced)
         wrapped = self.parallel or teacher_forced
         self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
-        self.forward = torch.compile(wrapped) if self.compiled else wrapped
+        self.graphs = self.compiled and training.cuda_graphs and on_gpu
+        mode = "reduce-overhead" if self.graphs else None  # a CUDA graph per pass shape
+        self.forward = torch.compile(wrapped, mode=mode) if self.compiled else wrapped
 
     def gradients_held(self, last: bool) -> AbstractContextManager:
         """Where several ranks run: a pass before the step's last keeps its gradients on this
@@ -50,6 +53,8 @@ class PassRunner:
                   batch.source_noise, batch.target_noise)
         if self.compiled:
             mark_pass_sizes_dynamic(*inputs)
+        if self.graphs:  # the previous pass's graph outputs are no longer read
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(self.device_type, dtype=self.autocast,
                             enabled=self.autocast is not None):
             states = self.forward(*inputs)  # [N, d] at the target tokens

@@ -1,0 +1,37 @@
+"""The pass runner (reproduce.training.pass_runner) is built from the settings: which attention,
+whether compiled, whether each pass shape's graph is captured."""
+
+import pytest
+import torch
+
+from reproduce.model.architectures import build_model
+from reproduce.training.pass_runner import PassRunner
+from tests.training_fixtures import small_variant
+
+
+def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict]]:
+    """A runner for ``device`` (built only: compiling is lazy, so a CUDA runner can be built
+    without a GPU), and the keyword arguments torch.compile was called with."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    variant = small_variant(steps=2, **training)
+    model = build_model(variant.model, 50)
+    return PassRunner(model, variant.training, 0.1, torch.device(device), "bf16"), calls
+
+
+@pytest.mark.parametrize(("device", "training", "compiled", "mode", "varlen"), [
+    ("cpu", {}, False, None, False),
+    ("cuda", {}, True, None, True),
+    ("cuda", {"pass_buckets": True}, True, None, False),
+    ("cuda", {"pass_buckets": True, "cuda_graphs": True}, True, "reduce-overhead", False),
+    ("cpu", {"pass_buckets": True, "cuda_graphs": True, "compile": True}, True, None, False),
+    ("cuda", {"attention": "padded", "compile": False}, False, None, False),
+])
+def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
+        monkeypatch, device, training, compiled, mode, varlen):
+    """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets,
+    whose dummy tokens need the key mask); ``cuda_graphs`` captures on GPUs only."""
+    runner, calls = _runner(device, monkeypatch, **training)
+    assert runner.compiled is compiled and runner.varlen is varlen
+    assert runner.graphs is (mode == "reduce-overhead")
+    assert calls == ([{"mode": mode}] if compiled else [])
