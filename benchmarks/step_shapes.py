@@ -11,7 +11,9 @@ pass shapes (rows, width, tokens), the dummy-token share (dummy tokens / all tok
 compute, both sides) and, for attention, the padded positions and ``rows x width^2`` (its score
 entries) against the same passes unbucketed. Attention on the padded batch is what puts the
 width into a pass's shape; the count of (rows, tokens) alone is what an attention over the
-tokens alone (variable-length kernels) would leave.
+tokens alone (variable-length kernels) would leave. Then the same passes as packed buckets, the
+shapes of ``training.attention: varlen`` with ``pass_buckets`` (fixed width, rows from a floor,
+dummy tokens in rows of their own: ``pass_shape``'s ``packed_width``).
 
 ``syncs``: the real trainer (configs/tiny.yaml's base on a synthetic corpus, fp32, eager, one
 rank) takes two warm-up steps, then a step that neither logs, evaluates nor checkpoints runs
@@ -36,8 +38,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.experiment_file import load_experiment
-from reproduce.training.batching import (MicroBatchStream, device_passes, pass_shape,
-                                         round_up)
+from reproduce.training.batching import (PACKED_TOKENS_PER_ROW, MicroBatchStream,
+                                         device_passes, pass_shape, round_up)
 from reproduce.training.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,8 +109,8 @@ def measure_shapes(args) -> None:
     training = experiment.variant("base").training
     max_tokens = args.max_tokens or training.max_tokens_per_device
     multiple = training.pad_to_multiple
-    passes, shapes = [], Counter()
-    real = computed = padded = bucketed_padded = scores = bucketed_scores = 0
+    passes, shapes, packed_shapes = [], Counter(), Counter()
+    real = computed = packed_computed = padded = bucketed_padded = scores = bucketed_scores = 0
     with tempfile.TemporaryDirectory() as scratch:
         corpus = EncodedCorpus.open(write_synthetic_corpus(Path(scratch) / "train", args.pairs,
                                                            37_000, seed=0))
@@ -123,6 +125,10 @@ def measure_shapes(args) -> None:
                 target = corpus.target_lengths[indices] + 1
                 shape = pass_shape(source, target, max_tokens, multiple)
                 shapes[shape] += 1
+                packed = pass_shape(source, target, max_tokens, multiple,
+                                    packed_width=training.max_source_tokens)
+                packed_shapes[packed] += 1
+                packed_computed += 2 * packed.tokens
                 real += int(source.sum() + target.sum())
                 computed += 2 * shape.tokens
                 widths = [round_up(int(sizes.max()), multiple) for sizes in (source, target)]
@@ -140,6 +146,13 @@ def measure_shapes(args) -> None:
         print(f"  rows {shape.rows:5d} width {shape.width:4d} tokens {shape.tokens:6d}: "
               f"{count} passes")
     print(f"dummy tokens: {1 - real / computed:.2%} of the tokens computed")
+    print(f"packed buckets (attention over packed tokens: width {training.max_source_tokens}, "
+          f"rows from max_tokens_per_device / {PACKED_TOKENS_PER_ROW}): {len(packed_shapes)} "
+          f"distinct shapes, dummy tokens {1 - real / packed_computed:.2%} of the tokens "
+          f"computed")
+    for shape, count in sorted(packed_shapes.items(), key=lambda item: -item[1]):
+        print(f"  rows {shape.rows:5d} width {shape.width:4d} tokens {shape.tokens:6d}: "
+              f"{count} passes")
     print(f"padding in attention's [rows, width] batches: {1 - real / padded:.1%} unbucketed, "
           f"{1 - real / bucketed_padded:.1%} bucketed; attention score entries (rows x width^2) "
           f"bucketed / unbucketed: {bucketed_scores / scores:.2f}")

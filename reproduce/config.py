@@ -422,7 +422,9 @@ class TrainingConfig(Strict):
                     "cells, no mask; CUDA in bf16 or fp16, padded elsewhere). Both compute eq. 1 "
                     "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
                     "losses as padded, a third of the peak memory for a 32k-token pass of big, "
-                    "and faster; BENCHMARKS.md), padded on CPUs and with pass_buckets.")
+                    "and faster; BENCHMARKS.md), padded on CPUs, and with pass_buckets until a GPU "
+                    "has run packed buckets (varlen with pass_buckets: dummy tokens in rows of "
+                    "their own, reproduce/training/batching.py).")
 
     @model_validator(mode="after")
     def _graphs_of_few_compiled_shapes(self) -> "TrainingConfig":
@@ -430,15 +432,6 @@ class TrainingConfig(Strict):
             raise ConfigError(
                 "cuda_graphs records a graph per pass shape of the compiled pass: it needs "
                 "pass_buckets: true (a few shapes) and compile: auto or true")
-        return self
-
-    @model_validator(mode="after")
-    def _varlen_passes_without_dummy_tokens(self) -> "TrainingConfig":
-        if self.attention == "varlen" and self.pass_buckets:
-            raise ConfigError(
-                "attention: varlen with pass_buckets: a bucketed pass's dummy tokens may sit in "
-                "a sentence's padding, where varlen attention (no key mask) would let the "
-                "sentence attend to them; use attention: padded (or auto) with pass_buckets")
         return self
 
     @model_validator(mode="after")

@@ -115,9 +115,6 @@ FIELD_CASES = [
     ("training-average_last-above-saved", lambda raw: raw["training"].update(
         steps=100, checkpoints={"every_steps": 50, "every_minutes": 0, "keep_last": 5}),
      ["average_last (5) is more than the 2 checkpoints"]),
-    ("training-varlen-with-pass_buckets", lambda raw: raw["training"].update(
-        attention="varlen", pass_buckets=True),
-     ["attention: varlen with pass_buckets", "use attention: padded"]),
     ("training-cuda_graphs-without-pass_buckets", _set("training.cuda_graphs", True),
      ["cuda_graphs records a graph per pass shape", "pass_buckets: true"]),
     ("training-cuda_graphs-uncompiled", lambda raw: raw["training"].update(

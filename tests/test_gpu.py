@@ -313,8 +313,10 @@ def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpor
     copies its totals (loss, padding, passes, a non-finite gradient) into pinned host memory
     behind them, which the trainer reads once the next step is queued. Under
     ``set_sync_debug_mode("error")`` the first synchronising call would raise. With
-    ``training.pass_buckets`` and without, and with varlen attention."""
-    for buckets, attention in ((False, "padded"), (True, "padded"), (False, "varlen")):
+    ``training.pass_buckets`` and without, with padded and varlen attention (with buckets:
+    packed buckets)."""
+    for buckets, attention in ((False, "padded"), (True, "padded"), (False, "varlen"),
+                               (True, "varlen")):
         trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets,
                                               attention=attention),
                           TINY, *corpora, tmp_path / f"{buckets}-{attention}")
@@ -349,6 +351,24 @@ def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, 
     assert len(losses["varlen"]) == len(losses["padded"]) >= 5
     for padded, varlen in zip(losses["padded"], losses["varlen"], strict=True):
         assert abs(varlen - padded) / padded < 0.02, losses
+
+
+@pytest.mark.gpu
+def test_packed_buckets_under_varlen_attention_train_as_unbucketed_passes_on_the_gpu(
+        corpora, tmp_path):
+    """Varlen attention with ``pass_buckets`` (packed buckets: dummy tokens in rows of their
+    own, many rows without tokens): the same logged losses as unbucketed varlen passes, to
+    bf16's rounding, and never a non-finite one (flash over empty sentences)."""
+    losses = {}
+    for buckets in (False, True):
+        variant = _base_width_variant(steps=20, precision="bf16", attention="varlen",
+                                      pass_buckets=buckets)
+        trainer = Trainer(variant, TINY, *corpora, tmp_path / str(buckets))
+        trainer.run()
+        losses[buckets] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
+                           if "train_loss" in row]
+    for plain, bucketed in zip(losses[False], losses[True], strict=True):
+        assert abs(bucketed - plain) / plain < 0.02, losses
 
 
 @pytest.mark.gpu

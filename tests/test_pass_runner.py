@@ -26,11 +26,13 @@ def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict
     ("cuda", {"pass_buckets": True, "cuda_graphs": True}, True, "reduce-overhead", False),
     ("cpu", {"pass_buckets": True, "cuda_graphs": True, "compile": True}, True, None, False),
     ("cuda", {"attention": "padded", "compile": False}, False, None, False),
+    ("cuda", {"attention": "varlen", "pass_buckets": True}, True, None, True),
 ])
 def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
         monkeypatch, device, training, compiled, mode, varlen):
-    """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets,
-    whose dummy tokens need the key mask); ``cuda_graphs`` captures on GPUs only."""
+    """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets until
+    a GPU has run packed buckets; asked for, varlen runs with them); ``cuda_graphs`` captures on
+    GPUs only."""
     runner, calls = _runner(device, monkeypatch, **training)
     assert runner.compiled is compiled and runner.varlen is varlen
     assert runner.graphs is (mode == "reduce-overhead")

@@ -240,3 +240,82 @@ def test_a_non_finite_step_read_a_step_late_leaves_the_weights_of_the_step_befor
         assert torch.equal(state["exp_avg"], moment) and int(state["step"]) == 3
     assert [path.name for path in list_checkpoints(tmp_path / "checkpoints")] == [
         "step_00000003.pt"]
+
+
+def _varlen_reference(q, k, v, queries, keys, causal):
+    """What varlen attention computes: each sequence of ``cumulative_lengths`` attends within
+    itself (eq. 1 in the inputs' dtype); a sequence without keys gives zeros, as flash does, and
+    a token outside every sequence is never written (NaN here)."""
+    starts_q, starts_k = queries.cumulative_lengths().tolist(), keys.cumulative_lengths().tolist()
+    assert (starts_q[-1], starts_k[-1]) == (q.size(0), k.size(0))  # the kernel's contract
+    out = q.new_full((q.size(0), q.size(1), v.size(2)), float("nan"))
+    spans_q = zip(starts_q[:-1], starts_q[1:], strict=True)
+    spans_k = zip(starts_k[:-1], starts_k[1:], strict=True)
+    for (a, b), (c, d) in zip(spans_q, spans_k, strict=True):
+        qi, ki, vi = (x.transpose(0, 1) for x in (q[a:b], k[c:d], v[c:d]))  # [h, n|m, d]
+        scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
+        if causal:
+            scores = scores.masked_fill(~torch.ones(b - a, d - c, dtype=torch.bool).tril(),
+                                        float("-inf"))
+        out[a:b] = (scores.softmax(-1) @ vi).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_packed_bucketed_pass_under_varlen_attention_changes_neither_loss_nor_gradients(
+        corpora, monkeypatch, dropout):
+    """float64, varlen attention's semantics (:func:`_varlen_reference` in place of the kernel):
+    a packed bucketed pass (fixed width, rows from the floor, dummy tokens in rows of their own)
+    and the same pairs unbucketed under padded attention give the same loss and gradients. So
+    no real token attends a dummy one: without a key mask, only the sentence offsets keep them
+    apart."""
+    from reproduce.model import packed_attention
+    from reproduce.model.token_layout import TokenLayout
+
+    monkeypatch.setattr(packed_attention, "varlen_available", lambda q: True)
+    monkeypatch.setattr(packed_attention, "_attend_varlen", _varlen_reference)
+    corpus = EncodedCorpus.open(corpora[0])
+    torch.manual_seed(0)
+    config = TINY_BASE.model_copy(update={"dropout": dropout})
+    model = build_model(config, corpus.vocab_size).double().train()
+    pairs = np.arange(5, 42)
+    key = step_key(1, 3)
+    plain = collate(corpus, pairs, multiple=8, step_key=key)
+    shape = pass_shape(corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1,
+                       max_tokens=512 * TOKEN_QUANTA, multiple=8, packed_width=96)
+    bucketed = collate(corpus, pairs, multiple=8, step_key=key, shape=shape)
+    assert shape.packed and bucketed.source.shape == (shape.rows, 96) and shape.rows >= 128
+    assert shape.tokens - plain.target_index.numel() > 100  # real dummy work
+    # every row with target tokens has source tokens (cross-attention keys)
+    rows = [TokenLayout.of(tensor, index).cumulative_lengths().diff() for tensor, index in
+            ((bucketed.source, bucketed.source_index),
+             (bucketed.target_input, bucketed.target_index))]
+    assert not ((rows[1] > 0) & (rows[0] == 0)).any()
+    results = []
+    for batch, varlen in ((plain, False), (bucketed, True)):
+        results.append(_loss_and_gradients(TeacherForcedStates(model, varlen_attention=varlen),
+                                           batch, config.label_smoothing))
+    (loss, gradients), (bucketed_loss, bucketed_gradients) = results
+    assert torch.allclose(bucketed_loss, loss, rtol=1e-12, atol=0)
+    for name, gradient in gradients.items():
+        assert torch.allclose(bucketed_gradients[name], gradient, rtol=1e-9, atol=1e-14), name
+
+
+def test_packed_pass_shapes_are_few_and_hold_their_passes(tmp_path):
+    """WMT-like 25k-token steps in one pass (the WMT configs' 32,768 and longest pair of 256
+    positions): packed buckets (attention over packed tokens) take at most 8 shapes, and their
+    dummy tokens stay under 5% of the tokens computed."""
+    corpus = wmt_like_corpus(tmp_path / "wmt", 40_000, seed=2)
+    stream = MicroBatchStream(corpus, 25_000, 8, 256, seed=1)
+    shapes, real, computed = set(), 0, 0
+    for _ in range(150):
+        (pairs,) = device_passes(np.concatenate(stream.next_step()), corpus, 32_768)
+        sizes = [corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1]
+        shape = pass_shape(*sizes, 32_768, 8, packed_width=256)
+        assert shape.width == 256 and shape.rows >= len(pairs)
+        assert max(int(side.sum()) for side in sizes) <= shape.tokens
+        shapes.add(shape)
+        real += sum(int(side.sum()) for side in sizes)
+        computed += 2 * shape.tokens
+    assert len(shapes) <= 8, sorted(shapes, key=lambda shape: (shape.rows, shape.tokens))
+    assert 1 - real / computed < 0.05

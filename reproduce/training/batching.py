@@ -21,7 +21,8 @@ With ``training.pass_buckets`` a pass's shape is one of a few (:func:`pass_shape
 count and width round up to a power of two and its token count to a multiple of
 ``max_tokens_per_device / TOKEN_QUANTA``, filled with dummy rows and dummy tokens that carry no
 loss and no gradient (:func:`collate`), so that a GPU can capture each shape's forward and
-backward once (CUDA graphs need static shapes).
+backward once (CUDA graphs need static shapes). For attention over packed tokens the buckets are
+packed: a fixed width, rows from a floor, and the dummy tokens in rows of their own.
 """
 
 from __future__ import annotations
@@ -158,32 +159,62 @@ def device_passes(pairs: np.ndarray, corpus: EncodedCorpus, max_tokens: int) -> 
 TOKEN_QUANTA = 32
 
 
+# A packed bucketed pass has at least max_tokens_per_device / PACKED_TOKENS_PER_ROW rows.
+PACKED_TOKENS_PER_ROW = 16
+
+
 @dataclass(frozen=True)
 class PassShape:
     """The sizes of a bucketed pass on each side: ``rows`` sentences (its pairs, then dummy
-    rows), ``width`` positions, ``tokens`` computed tokens (its pairs', then dummy tokens)."""
+    rows), ``width`` positions, ``tokens`` computed tokens (its pairs', then dummy tokens);
+    ``packed``: for attention over packed tokens (:func:`pass_shape`)."""
 
     rows: int
     width: int
     tokens: int
+    packed: bool = False
 
 
 def pass_shape(source_sizes: np.ndarray, target_sizes: np.ndarray, max_tokens: int,
-               multiple: int) -> PassShape:
+               multiple: int, packed_width: int | None = None) -> PassShape:
     """The bucket of a pass whose pairs have these sizes (EOS and BOS included): sentences and
     width (the wider side's, for both) rounded up to a power of two (the width to a multiple of
     ``multiple`` too), tokens (the side with more, for both) to a multiple of
     ``max_tokens / TOKEN_QUANTA``, with rows added where the padding cannot hold the dummy
     tokens. Each size takes few values, so passes take few shapes; the tokens, which the
-    matrices compute, take the finest steps."""
+    matrices compute, take the finest steps.
+
+    ``packed_width`` (attention over packed tokens, ``training.attention: varlen``): there the
+    rows and width size nothing but the pass's id tensors and sentence offsets, so the width is
+    always ``packed_width`` (the longest pair training takes) and the rows at least ``max_tokens
+    / PACKED_TOKENS_PER_ROW``; only the tokens vary. With no key mask, dummy tokens must stay out
+    of the pairs' rows: they fill the last dummy rows, each a sentence of its own on both sides
+    (:func:`collate`), with room made for them and the tokens raised a quantum where one side
+    has too few dummy tokens to give each such row one."""
     pairs = len(source_sizes)
-    rows = _power_of_two(pairs)
-    width = round_up(_power_of_two(int(max(source_sizes.max(), target_sizes.max()))), multiple)
-    tokens = round_up(int(max(source_sizes.sum(), target_sizes.sum())),
-                      -(-max_tokens // TOKEN_QUANTA))
-    while tokens > rows * width - (rows - pairs):  # a dummy row's first position is not free
+    quantum = -(-max_tokens // TOKEN_QUANTA)
+    real = (int(source_sizes.sum()), int(target_sizes.sum()))
+    tokens = round_up(max(real), quantum)
+    if packed_width is None:
+        rows = _power_of_two(pairs)
+        width = round_up(_power_of_two(int(max(source_sizes.max(), target_sizes.max()))),
+                         multiple)
+        while tokens > rows * width - (rows - pairs):  # a dummy row's first position is not free
+            rows *= 2
+        return PassShape(rows, width, tokens)
+    width = round_up(packed_width, multiple)
+    rows = max(_power_of_two(pairs), _power_of_two(max_tokens // PACKED_TOKENS_PER_ROW))
+    while tokens - max(real) < packed_dummy_rows(tokens, real, width):
+        tokens += quantum
+    while packed_dummy_rows(tokens, real, width) > rows - pairs:
         rows *= 2
-    return PassShape(rows, width, tokens)
+    return PassShape(rows, width, tokens, packed=True)
+
+
+def packed_dummy_rows(tokens: int, real: tuple[int, int], width: int) -> int:
+    """The dummy rows that hold a packed pass's dummy tokens: as many as the fuller side's
+    ``tokens - min(real)`` need (a dummy row's first position is not a token)."""
+    return -(-(tokens - min(real)) // (width - 1))
 
 
 def _power_of_two(size: int) -> int:
@@ -229,7 +260,12 @@ def collate(corpus: EncodedCorpus, indices: np.ndarray, pin_memory: bool = False
                 for side, sizes in enumerate((source_sizes, target_sizes))]
     weight = None
     if shape is not None:
-        placed = [_with_dummy_tokens(side, shape, len(indices)) for side in positions]
+        if shape.packed:
+            rows = packed_dummy_rows(shape.tokens, tuple(len(side) for side in positions),
+                                     shape.width)
+            placed = [_with_packed_dummy_tokens(side, shape, rows) for side in positions]
+        else:
+            placed = [_with_dummy_tokens(side, shape, len(indices)) for side in positions]
         positions = [side for side, _ in placed]
         keys = [None if side is None else _placed(side, is_real)
                 for side, (_, is_real) in zip(keys, placed, strict=True)]
@@ -252,6 +288,21 @@ def _with_dummy_tokens(real: np.ndarray, shape: PassShape,
     positions = np.concatenate([real, candidates[len(candidates) - (shape.tokens - len(real)):]])
     order = np.argsort(positions, kind="stable")
     return positions[order], order < len(real)
+
+
+def _with_packed_dummy_tokens(real: np.ndarray, shape: PassShape,
+                              rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_with_dummy_tokens` for a packed pass: the dummy tokens spread evenly over the
+    pass's last ``rows`` rows (:func:`packed_dummy_rows`, the same rows on both sides), from
+    each row's second position on; so each of those rows holds dummy tokens on both sides
+    (:func:`pass_shape` gives each side enough), and every other row a pair's tokens or none."""
+    dummies = shape.tokens - len(real)
+    per_row = np.full(rows, dummies // rows) + (np.arange(rows) < dummies % rows)
+    first = (shape.rows - rows) * shape.width + 1  # the second position of the first such row
+    starts = first + np.arange(rows) * shape.width
+    positions = np.repeat(starts, per_row) + (np.arange(dummies) - np.repeat(
+        np.cumsum(per_row) - per_row, per_row))
+    return np.concatenate([real, positions]), np.arange(shape.tokens) < len(real)
 
 
 def _placed(values: np.ndarray, is_real: np.ndarray) -> np.ndarray:
