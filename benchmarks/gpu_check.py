@@ -10,7 +10,7 @@ whatever happens; a step that fails or runs out of time never stops the later on
    ``torch.compile``d, and a profile of a few more steps of each (``--profile``: where a step's
    time goes); base and big eager again with padded attention (``--attention padded``; the
    configs' ``auto`` runs varlen on GPUs); last, base compiled with CUDA graphs of bucketed
-   passes (``--cuda-graphs``);
+   passes (``--cuda-graphs``), padded and packed (``--attention varlen``);
 4. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
    base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
    trained-like ones (``--lengths``); then base with trained-like lengths reading which
@@ -143,7 +143,9 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "base", base, 170, compiled=True),
             _trainer(logs, "big", big, 200, compiled=True),
             _trainer(logs, "base", [*base, "--cuda-graphs"], 200, compiled=True,
-                     variant="graphs")]
+                     variant="graphs"),
+            _trainer(logs, "base", [*base, "--cuda-graphs", "--attention", "varlen"], 200,
+                     compiled=True, variant="graphs-varlen")]
 
 
 def figures_file(logs: Path, name: str) -> Path:
