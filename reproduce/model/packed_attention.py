@@ -12,9 +12,9 @@ ways compute the same function:
   right-padded ``[B, h, T, d]`` batch, SDPA with the key-padding mask (or ``is_causal``: right
   padding follows every real query, so the causal mask hides it already), gathered back.
 
-``varlen_attn`` is a young API: torch 2.11 takes ``is_causal``, later releases a
-``window_size`` (``(-1, 0)`` is causal). :func:`_causal_argument` reads which from its
-signature once.
+``varlen_attn`` is a young API whose arguments change between releases: earlier ones took
+``is_causal``, 2.11 and 2.13 a ``window_size`` (``(-1, 0)`` is causal).
+:func:`_causal_argument` reads which from its signature once.
 """
 
 from __future__ import annotations
