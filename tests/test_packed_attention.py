@@ -1,6 +1,8 @@
 """Attention over packed sentences (reproduce.model.packed_attention): each sentence attends only
 to itself, as if run alone (eq. 1 in float64); the varlen kernel, on a GPU, computes the same."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -13,18 +15,27 @@ def _layout(lengths, device="cpu"):
     return TokenLayout(padding.to(device))
 
 
-def _alone(q, k, v, q_lengths, k_lengths, causal):
-    """Eq. 1 for each sentence on its own, in float64."""
-    out, qs, ks = [], 0, 0
-    for n, m in zip(q_lengths, k_lengths, strict=True):
-        qi, ki, vi = (x.double().transpose(0, 1)
-                      for x in (q[qs:qs + n], k[ks:ks + m], v[ks:ks + m]))  # [h, n|m, d]
+def attend_each_sequence(q, k, v, starts_q: list[int], starts_k: list[int], causal: bool):
+    """Eq. 1 within each sequence ``starts[i]:starts[i + 1]`` of queries and keys, in the
+    inputs' dtype; a sequence without keys gives zeros (as flash does), a token outside every
+    sequence NaN (never written)."""
+    out = q.new_full((q.size(0), q.size(1), v.size(2)), float("nan"))
+    spans_q = zip(starts_q[:-1], starts_q[1:], strict=True)
+    spans_k = zip(starts_k[:-1], starts_k[1:], strict=True)
+    for (a, b), (c, d) in zip(spans_q, spans_k, strict=True):
+        qi, ki, vi = (x.transpose(0, 1) for x in (q[a:b], k[c:d], v[c:d]))  # [h, n|m, d]
         scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
         if causal:
-            scores = scores.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float("-inf"))
-        out.append((scores.softmax(-1) @ vi).transpose(0, 1))
-        qs, ks = qs + n, ks + m
-    return torch.cat(out)
+            scores = scores.masked_fill(~torch.ones(b - a, d - c, dtype=torch.bool).tril(),
+                                        float("-inf"))
+        out[a:b] = (scores.softmax(-1) @ vi).transpose(0, 1)
+    return out
+
+
+def _alone(q, k, v, q_lengths, k_lengths, causal):
+    """Eq. 1 for each sentence on its own, in float64."""
+    starts = [[0, *itertools.accumulate(lengths)] for lengths in (q_lengths, k_lengths)]
+    return attend_each_sequence(q.double(), k.double(), v.double(), *starts, causal)
 
 
 CASES = [("encoder", [5, 1, 9, 3], [5, 1, 9, 3], False),

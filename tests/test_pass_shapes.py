@@ -22,6 +22,7 @@ from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.trainer import NonFiniteLossError, Trainer
 from tests.test_batching import wmt_like_corpus
+from tests.test_packed_attention import attend_each_sequence
 from tests.test_training import _key_bias_masks
 from tests.training_fixtures import ROOT, TINY, random_corpus, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
@@ -244,21 +245,10 @@ def test_a_non_finite_step_read_a_step_late_leaves_the_weights_of_the_step_befor
 
 def _varlen_reference(q, k, v, queries, keys, causal):
     """What varlen attention computes: each sequence of ``cumulative_lengths`` attends within
-    itself (eq. 1 in the inputs' dtype); a sequence without keys gives zeros, as flash does, and
-    a token outside every sequence is never written (NaN here)."""
+    itself, and the offsets end at the tokens' count (the kernel's contract)."""
     starts_q, starts_k = queries.cumulative_lengths().tolist(), keys.cumulative_lengths().tolist()
-    assert (starts_q[-1], starts_k[-1]) == (q.size(0), k.size(0))  # the kernel's contract
-    out = q.new_full((q.size(0), q.size(1), v.size(2)), float("nan"))
-    spans_q = zip(starts_q[:-1], starts_q[1:], strict=True)
-    spans_k = zip(starts_k[:-1], starts_k[1:], strict=True)
-    for (a, b), (c, d) in zip(spans_q, spans_k, strict=True):
-        qi, ki, vi = (x.transpose(0, 1) for x in (q[a:b], k[c:d], v[c:d]))  # [h, n|m, d]
-        scores = qi @ ki.transpose(-1, -2) / qi.size(-1) ** 0.5
-        if causal:
-            scores = scores.masked_fill(~torch.ones(b - a, d - c, dtype=torch.bool).tril(),
-                                        float("-inf"))
-        out[a:b] = (scores.softmax(-1) @ vi).transpose(0, 1)
-    return out
+    assert (starts_q[-1], starts_k[-1]) == (q.size(0), k.size(0))
+    return attend_each_sequence(q, k, v, starts_q, starts_k, causal)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
