@@ -210,14 +210,14 @@ class Trainer:
         # loss, padded positions, passes: summed on the device, read after the step
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
+        factor = self.world / target_tokens  # each pass's loss: a share of the step's mean
+        loss_gradient = self.optimizer_update.loss_gradient(factor, self.device)
         for number, pending in enumerate(batches):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during its backward
-            factor = self.world / target_tokens
             with self.passes.gradients_held(last):
-                loss = self.passes.loss(batch, self.optimizer_update.loss_gradient(factor,
-                                                                                   self.device))
+                loss = self.passes.loss(batch, loss_gradient)
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
         totals[2] += len(batches)
