@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -120,6 +121,11 @@ def add_seed(sub: argparse.ArgumentParser) -> None:
                           "first)")
 
 
-def add_threads(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--threads", type=positive_int, default=1,
-                     help="CPU threads per process (default 1)")
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which Slurm and taskset narrow)."""
+    return len(os.sched_getaffinity(0))
+
+
+def add_threads(sub: argparse.ArgumentParser, default: int = 1) -> None:
+    sub.add_argument("--threads", type=positive_int, default=default,
+                     help=f"CPU threads per process (default {default})")

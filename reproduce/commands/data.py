@@ -8,7 +8,8 @@ import logging
 from pathlib import Path
 
 from reproduce.commands.arguments import (
-    add_command, add_experiment, existing_dir, existing_file, output_file,
+    add_command, add_experiment, add_threads, existing_dir, existing_file, output_file,
+    usable_cores,
 )
 from reproduce.commands import experiment_of
 from reproduce.config import ConfigError
@@ -98,6 +99,7 @@ def _train_bpe(commands: argparse._SubParsersAction) -> None:
                      help="prepared target side of the train split")
     sub.add_argument("--model-prefix", required=True,
                      help="writes <prefix>.model and <prefix>.vocab")
+    add_threads(sub, default=usable_cores())
 
 
 def cmd_train_bpe(args: argparse.Namespace) -> None:
@@ -105,7 +107,8 @@ def cmd_train_bpe(args: argparse.Namespace) -> None:
 
     experiment = experiment_of(args)
     train_sentencepiece(
-        Path(args.source), Path(args.target), experiment.bpe, Path(args.model_prefix)
+        Path(args.source), Path(args.target), experiment.bpe, Path(args.model_prefix),
+        args.threads,
     )
 
 
@@ -116,12 +119,14 @@ def _encode(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--source", required=True, type=existing_file, help="prepared source side")
     sub.add_argument("--target", required=True, type=existing_file, help="prepared target side")
     sub.add_argument("--out-dir", required=True, help="folder of the encoded split")
+    add_threads(sub, default=usable_cores())
 
 
 def cmd_encode(args: argparse.Namespace) -> None:
     from reproduce.data.bpe import encode_split
 
-    encode_split(Path(args.spm_model), Path(args.source), Path(args.target), Path(args.out_dir))
+    encode_split(Path(args.spm_model), Path(args.source), Path(args.target), Path(args.out_dir),
+                 args.threads)
 
 
 def _make_tiny_corpus(commands: argparse._SubParsersAction) -> None:

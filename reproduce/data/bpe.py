@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from itertools import islice
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def sentencepiece_sha256(spm_model: Path) -> str:
 
 
 def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
-                        model_prefix: Path) -> Path:
+                        model_prefix: Path, threads: int = 1) -> Path:
     """Train on a shuffled sample of ``input_sentence_size`` sentences from both sides.
 
     ``hard_vocab_limit=False`` lets a small corpus (the tiny default) end with fewer pieces than
@@ -58,7 +57,7 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
     Path(str(temporary) + ".model").touch()  # an unwritable folder, named, before training
     sentencepiece.set_random_generator_seed(config.seed)
     try:
-        _train(train_src, train_tgt, config, temporary)
+        _train(train_src, train_tgt, config, temporary, threads)
     except RuntimeError as error:  # sentencepiece's one error type: settings it cannot meet
         raise ConfigError(
             f"{train_src}, {train_tgt}: sentencepiece cannot train with bpe.vocab_size="
@@ -91,7 +90,8 @@ def _check_written(temporary: Path, model_prefix: Path) -> int:
     return size
 
 
-def _train(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path) -> None:
+def _train(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Path,
+           threads: int) -> None:
     sentencepiece.SentencePieceTrainer.train(
         input=[str(train_src), str(train_tgt)],
         model_prefix=str(model_prefix),
@@ -103,7 +103,7 @@ def _train(train_src: Path, train_tgt: Path, config: BpeConfig, model_prefix: Pa
         seed_sentencepiece_size=min(1_000_000, config.input_sentence_size),
         hard_vocab_limit=False,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-        num_threads=os.cpu_count() or 1,
+        num_threads=threads,
         minloglevel=1,
     )
 
@@ -115,15 +115,16 @@ def _sentencepiece_reason(error: RuntimeError) -> str:
     return text.rsplit("] ", 1)[-1] if "] " in text else text
 
 
-def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path) -> None:
-    """Encode a split in chunks with all cores into an :mod:`reproduce.data.encoded` directory,
-    logging the pairs done, rate and ETA as it goes (minutes for a WMT training split)."""
+def encode_split(spm_model: Path, src_txt: Path, tgt_txt: Path, out_dir: Path,
+                 threads: int = 1) -> None:
+    """Encode a split in chunks on ``threads`` threads into an :mod:`reproduce.data.encoded`
+    directory, logging the pairs done, rate and ETA as it goes (minutes for a WMT training
+    split)."""
     processor = load_sentencepiece(spm_model)
     writer = EncodedCorpusWriter(
         out_dir, processor.vocab_size(),
         {"spm_model_sha256": sentencepiece_sha256(spm_model)},
     )
-    threads = os.cpu_count() or 1
     sources, targets = iter_lines(src_txt), iter_lines(tgt_txt)
     with StageProgress(f"encode {src_txt}", count_lines(src_txt), "pairs", log) as progress:
         while True:

@@ -66,7 +66,9 @@ rule train_bpe:
     priority: DATA_PRIORITY
     conda:
         CONDA_ENV
-    threads: 16  # capped to --cores when run locally
+    # One core locally, so that this job of seconds starts beside running trainings instead of
+    # waiting for cores that they hold (the Slurm profile gives it 16: set-threads).
+    threads: 1
     params:
         experiment=experiment_file,
         model_prefix=f"{RESULTS}/{{dataset}}/bpe/spm",
@@ -74,7 +76,7 @@ rule train_bpe:
     shell:
         "python -m reproduce train-bpe --experiment {params.experiment:q}"
         " --source {input.source:q} --target {input.target:q}"
-        " --model-prefix {params.model_prefix:q} > {log:q} 2>&1"
+        " --model-prefix {params.model_prefix:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule encode:
@@ -91,8 +93,10 @@ rule encode:
     priority: DATA_PRIORITY
     conda:
         CONDA_ENV
-    threads: 16  # capped to --cores when run locally
+    # One core locally, so that this job of seconds starts beside running trainings instead of
+    # waiting for cores that they hold (the Slurm profile gives it 16: set-threads).
+    threads: 1
     shell:
         "python -m reproduce encode --spm-model {input.model:q}"
         " --source {input.source:q} --target {input.target:q} --out-dir {output:q}"
-        " > {log:q} 2>&1"
+        " --threads {threads} > {log:q} 2>&1"
