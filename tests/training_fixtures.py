@@ -57,7 +57,7 @@ def small_variant(steps: int, dropout: float = 0.1, **training):
     model = base.model.model_copy(update={"layers": 1, "d_model": 16, "d_ff": 32, "heads": 2,
                                           "d_k": 8, "d_v": 8, "dropout": dropout})
     settings = {"steps": steps, "tokens_per_step": 300, "max_tokens_per_device": 256,
-                "warmup_steps": 10, "log_every_steps": 2, "eval_every_steps": 4,
+                "warmup_steps": 10, "lr_scale": 1.0, "log_every_steps": 2, "eval_every_steps": 4,
                 "checkpoints": base.training.checkpoints.model_copy(
                     update={"every_steps": 3, "keep_last": 5}),
                 "average_last": 2} | training
