@@ -111,7 +111,7 @@ FIELD_CASES = [
     ("training-average_last-above-keep_last", _set("training.average_last", 7),
      ["checkpoints.keep_last (5) must be >= average_last (7)"]),
     ("training-steps-off-the-save-grid", _set("training.steps", 601),
-     ["steps (601) must be a multiple of checkpoints.every_steps (50)"]),
+     ["steps (601) must be a multiple of checkpoints.every_steps (20)"]),
     ("training-average_last-above-saved", lambda raw: raw["training"].update(
         steps=100, checkpoints={"every_steps": 50, "every_minutes": 0, "keep_last": 5}),
      ["average_last (5) is more than the 2 checkpoints"]),

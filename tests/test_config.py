@@ -119,20 +119,26 @@ def test_a_missing_file_is_named(tmp_path):
         load_experiment(tmp_path / "nothere.yaml")
 
 
+def _every_50_steps(raw):
+    raw["training"]["checkpoints"]["every_steps"] = 50
+
+
 def test_a_final_step_off_the_checkpoint_grid_is_rejected_naming_the_fields(tmp_path):
-    path = _write_tiny_with(tmp_path, lambda raw: raw["training"].update(steps=620))
+    path = _write_tiny_with(tmp_path, lambda raw: (_every_50_steps(raw),
+                                                   raw["training"].update(steps=620)))
     with pytest.raises(ConfigError, match=r"bad\.yaml: training: steps \(620\) must be a multiple "
                        r"of checkpoints\.every_steps \(50\).*e\.g\. steps 600 or 650"):
         load_experiment(path)
-    path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["A_h1"].update(
-        training={"steps": 630}))
+    path = _write_tiny_with(tmp_path, lambda raw: (_every_50_steps(raw), raw["variants"]["A_h1"]
+                                                   .update(training={"steps": 630})))
     with pytest.raises(ConfigError, match=r"variants\.A_h1\.training: steps \(630\)"):
         load_experiment(path)
 
 
 def test_wall_clock_checkpoints_are_not_held_to_the_step_grid(tmp_path):
     path = _write_tiny_with(tmp_path, lambda raw: (
-        raw["training"].update(steps=620), raw["training"]["checkpoints"].update(every_minutes=10)))
+        _every_50_steps(raw), raw["training"].update(steps=620),
+        raw["training"]["checkpoints"].update(every_minutes=10)))
     assert load_experiment(path).training.steps == 620
 
 
@@ -274,7 +280,10 @@ def test_a_variant_overriding_one_nested_key_keeps_the_bases_others(tmp_path):
     path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["base"].setdefault(
         "training", {}).update(checkpoints={"keep_last": 7}))
     checkpoints = load_experiment(path).variant("base").training.checkpoints
-    assert (checkpoints.keep_last, checkpoints.every_steps, checkpoints.every_minutes) == (7, 50, 0)
+    shipped = load_experiment(ROOT / "configs/tiny.yaml").training.checkpoints
+    assert shipped.keep_last != 7
+    assert ((checkpoints.keep_last, checkpoints.every_steps, checkpoints.every_minutes)
+            == (7, shipped.every_steps, shipped.every_minutes))
 
 
 def test_another_seed_trains_other_weights_so_a_checkpoint_cannot_be_resumed_with_it():
