@@ -170,3 +170,20 @@ def test_decoding_precision_compares_a_trained_checkpoints_translations(tmp_path
     assert figures["changed_share"] == figures["changed_lines"] / 40
     assert figures["bleu_difference"] == figures["bf16"]["sacrebleu"] - figures["fp32"]["sacrebleu"]
     assert f"{figures['changed_lines']} of 40 translations changed" in output
+
+
+def test_tiny_schedules_prints_each_trainings_dev_losses(tmp_path):
+    from tests.training_fixtures import corpus_pair
+
+    corpus_pair(tmp_path / "encoded", 200)
+    small = ('"model": {"layers": 1, "d_model": 16, "d_ff": 32, "heads": 2, "d_k": 8, "d_v": 8}, '
+             '"training": {"steps": 4, "tokens_per_step": 300, "max_tokens_per_device": 256, '
+             '"warmup_steps": 2, "eval_every_steps": 2, "average_last": 2, '
+             '"checkpoints": {"every_steps": 2, "every_minutes": 0, "keep_last": 5}')
+    output = _run("tiny_schedules.py", "--encoded", str(tmp_path / "encoded"),
+                  f'base:1:{{{small}, "lr_scale": 0.7}}}}', f"A_h1:2:{{{small}}}}}")
+    lines = output.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("base:1:") and lines[1].startswith("A_h1:2:")
+    for line in lines:
+        losses = line.split("dev losses: ")[1].split(", ")
+        assert len(losses) == 2 and all(float(loss) > 0 for loss in losses), line
