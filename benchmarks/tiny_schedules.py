@@ -27,22 +27,23 @@ def train(job: tuple[str, Path]) -> str:
     """One training of a SPEC, in a process of its own (one thread): its dev losses and time."""
     import torch
 
+    from reproduce.config import deep_merge
     from reproduce.experiment_file import load_experiment
     from reproduce.training.trainer import Trainer
 
     spec, encoded = job
     torch.set_num_threads(1)
     name, seed, overrides = spec.split(":", 2)
-    overrides = json.loads(overrides)
+    overrides = deep_merge({"training": {"eval_every_steps": EVERY, "log_every_steps": EVERY}},
+                           json.loads(overrides))
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    # merged into the variant's own overrides, then resolved and checked as the file's are
+    declared = experiment.variants[name]
+    edited = declared.model_copy(update={
+        section: deep_merge(getattr(declared, section), values)
+        for section, values in overrides.items()})
+    experiment = experiment.model_copy(update={"variants": experiment.variants | {name: edited}})
     variant = experiment.variant(name, int(seed))
-    training = {"eval_every_steps": EVERY, "log_every_steps": EVERY,
-                **overrides.get("training", {})}
-    variant = variant.model_copy(update={  # validated, as the experiment file's settings are
-        "training": type(variant.training).model_validate(
-            variant.training.model_dump() | training),
-        "model": type(variant.model).model_validate(
-            variant.model.model_dump() | overrides.get("model", {}))})
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(variant, experiment, encoded / "train", encoded / "dev",
                           Path(scratch) / "run")

@@ -774,7 +774,7 @@ class Experiment(Strict):
             ("training", TrainingPlan),
             ("decoding", DecodingConfig),
         ):
-            merged = _deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
+            merged = deep_merge(getattr(self, section).model_dump(), getattr(spec, section))
             try:
                 sections[section] = schema.model_validate(merged, strict=True)
             except ValidationError as error:
@@ -784,11 +784,12 @@ class Experiment(Strict):
         return sections
 
 
-def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` applied key by key at every depth (a variant's overrides)."""
     merged = copy.deepcopy(base)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged

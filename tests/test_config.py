@@ -267,10 +267,10 @@ def test_table2_rows_name_variants_of_their_architecture(tmp_path, role, variant
 
 def test_variant_overrides_merge_into_nested_sections_key_by_key():
     """Deep, at every depth: a merge of one level would replace a nested mapping whole."""
-    from reproduce.config import _deep_merge
+    from reproduce.config import deep_merge
 
     base = {"training": {"checkpoints": {"every_steps": 50, "keep_last": 5}, "steps": 100}}
-    merged = _deep_merge(base, {"training": {"checkpoints": {"keep_last": 7}}})
+    merged = deep_merge(base, {"training": {"checkpoints": {"keep_last": 7}}})
     assert merged == {"training": {"checkpoints": {"every_steps": 50, "keep_last": 7},
                                    "steps": 100}}
     assert base["training"]["checkpoints"]["keep_last"] == 5  # the base is left as it was
