@@ -184,8 +184,8 @@ def test_each_variant_was_trained_decoded_and_scored(pipeline):
 
 def test_the_trained_base_model_beats_chance_by_far(pipeline):
     """An untrained model scores about 0. The tiny corpus is hard enough that 300 steps leave
-    the base mid-way up its learning curve (dev perplexity 2.3 at step 300 against 1.6 at the
-    demo's 600), where the last weights (dev: 37.8 sacreBLEU for seed 1 when this was written)
+    the base mid-way up its learning curve (dev perplexity 2.3 at step 300 against 1.6 at step
+    600), where the last weights (dev: 37.8 sacreBLEU for seed 1 when this was written)
     are far ahead of the average of the last five checkpoints, steps 100-300; so the last
     weights are the ones held to a bar. The warm-up matters this early: with 100 warm-up steps
     instead of 150, the same 300 steps reach dev perplexity 5.2 and 1.5 sacreBLEU."""
