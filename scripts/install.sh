@@ -35,11 +35,16 @@ fi
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
   # torch first, from PyTorch's index for that CUDA (or cpu) build; the lock's torch==X then
   # accepts the installed X+cu126 and leaves it in place.
-  .venv/bin/python -m pip install --quiet --index-url "$TORCH_INDEX_URL" \
+  .venv/bin/python -m pip install --quiet --no-compile --index-url "$TORCH_INDEX_URL" \
     "$(grep -o '^torch==[^ ]*' "$lock")"
 fi
-.venv/bin/python -m pip install --quiet --requirement "$lock"
-.venv/bin/python -m pip install --quiet --no-deps --editable .
+# pip compiles every installed module to bytecode one file at a time (40 of a first install's
+# 70 s on 2 cores); compileall does the same with one worker per core. Some packages ship files
+# that are not Python 3 (templates, tests): pip skips them silently, and so does -qq (its exit
+# status counts them).
+.venv/bin/python -m pip install --quiet --no-compile --requirement "$lock"
+.venv/bin/python -m pip install --quiet --no-compile --no-deps --editable .
+.venv/bin/python -m compileall -qq -j 0 .venv/lib/python3*/site-packages || true
 # Name what the lock does not pin (a torch build's own CUDA libraries, say, or a package that was
 # installed by hand): such packages float from one install to the next.
 .venv/bin/python - "$lock" <<'EOF'

@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch._dynamo
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
@@ -114,11 +113,11 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             log_normalisers = torch.empty(states.size(0), dtype=accumulate,
                                           device=states.device)  # [N]
             for rows in _chunks(states.size(0), chunk_rows):
-                chunk = _rows_dynamic(states[rows], targets[rows])
+                chunk = _rows_dynamic(compiled, states[rows], targets[rows])
                 if early:
                     log_normalisers[rows], expected, grad_logits = terms(
                         *chunk, projection, smoothing, accumulate,
-                        _row_scale(scale, token_weight, rows))  # [c], [c], [c, V]
+                        _row_scale(scale, token_weight, rows, compiled))  # [c], [c], [c, V]
                     gradients.add(grad_logits, rows, states, projection)
                 else:
                     log_normalisers[rows], expected = terms(
@@ -151,8 +150,10 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
             for rows in _chunks(states.size(0), ctx.chunk_rows):
                 grad_logits = gradient_of(
-                    *_rows_dynamic(states[rows], log_normalisers[rows], targets[rows]),
-                    projection, smoothing, _row_scale(scale, token_weight, rows))  # [c, V]
+                    *_rows_dynamic(ctx.compiled, states[rows], log_normalisers[rows],
+                                   targets[rows]),
+                    projection, smoothing,
+                    _row_scale(scale, token_weight, rows, ctx.compiled))  # [c, V]
                 gradients.add(grad_logits, rows, states, projection)
         return (*gradients.result(), None, None, None, None, None, None, None)
 
@@ -184,11 +185,12 @@ class _Gradients:
         return states, None if weight is None else weight.to(self.weight_dtype)
 
 
-def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice) -> Tensor:
+def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice,
+               compiled: bool) -> Tensor:
     """The gradient's factor for a chunk's rows: ``scale``, or ``[c, 1]`` with each row's weight."""
     if token_weight is None:
         return scale
-    return _rows_dynamic((scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0]
+    return _rows_dynamic(compiled, (scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0]
 
 
 def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing: "_Smoothing",
@@ -232,14 +234,17 @@ def _compiled(function):
     return torch.compile(function)
 
 
-def _rows_dynamic(*tensors: Tensor) -> tuple[Tensor, ...]:
-    """The tensors of a chunk, their first size (the chunk's rows) marked as one that changes:
-    a compiled chunk function is traced once for any number of rows. Inside an enclosing
-    compiled region (the loss traced with the forward) that trace owns the sizes, and marking
-    them there is an error."""
-    if not torch.compiler.is_compiling():
+def _rows_dynamic(compiled: bool, *tensors: Tensor) -> tuple[Tensor, ...]:
+    """The tensors of a chunk, their first size (the chunk's rows) marked, for a ``compiled``
+    chunk function, as one that changes: it is traced once for any number of rows. Inside an
+    enclosing compiled region (the loss traced with the forward) that trace owns the sizes, and
+    marking them there is an error. Eager, nothing is marked, and torch._dynamo (a second of
+    imports) is never loaded."""
+    if compiled and not torch.compiler.is_compiling():
+        from torch._dynamo import maybe_mark_dynamic
+
         for tensor in tensors:
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            maybe_mark_dynamic(tensor, 0)
     return tensors
 
 

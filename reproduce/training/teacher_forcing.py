@@ -17,7 +17,6 @@ first specialise on the first pass's sizes and compile everything again at the s
 
 from __future__ import annotations
 
-import torch._dynamo
 from torch import Tensor, nn
 
 from reproduce.model.encoder_decoder import TranslationModel
@@ -49,7 +48,9 @@ def mark_pass_sizes_dynamic(*tensors: Tensor | None) -> None:
     """Mark every size of a pass's inputs (``[B, S]``, ``[B, T]``, ``[M]``, ``[N]``) as one that
     changes from pass to pass, before the compiled call first sees them (sizes 0 and 1 stay
     specialised: torch.compile always specialises those)."""
+    from torch._dynamo import maybe_mark_dynamic  # compiled passes only: eager never loads it
+
     for tensor in tensors:
         if tensor is not None:
             for dimension in range(tensor.dim()):
-                torch._dynamo.maybe_mark_dynamic(tensor, dimension)
+                maybe_mark_dynamic(tensor, dimension)
