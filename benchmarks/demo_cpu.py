@@ -3,8 +3,8 @@
 On a shared machine wall times say nothing, but a job's CPU seconds (user + system) barely depend
 on the other load, so they estimate what the run takes alone: jobs are put on ``--cores`` cores
 in the DAG's order (data -> BPE -> encoding -> trainings, the longest first, as the train rule's
-priority orders them -> averaging, decoding, scoring -> tables), each taking its CPU seconds,
-and Snakemake's own process shares the cores throughout. Reads the log that
+priority orders them -> averaging -> evaluation -> tables), each taking its CPU seconds, and
+Snakemake's own process shares the cores throughout. Reads the log that
 ``cpu_accounting/sitecustomize.py`` writes (run the pipeline as that file says), then:
 
     .venv/bin/python benchmarks/demo_cpu.py cpu.jsonl [--cores 2]
@@ -20,11 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 
 TRAINING = re.compile(r"results/([^/]+)/([^/]+)/seed-(\d+)")
-SPLIT = re.compile(r"(dev|test)\.(last|averaged)")
 
 
 def jobs_of(log: Path) -> tuple[list[dict], float]:
-    """The jobs (rule, training, split, CPU seconds) and Snakemake's own CPU seconds. The train
+    """The jobs (rule, training, CPU seconds) and Snakemake's own CPU seconds. The train
     rule's script, which starts the trainer, counts in each training's job (its mean)."""
     jobs, snakemake, wrappers = [], 0.0, []
     for line in log.read_text().splitlines():
@@ -37,12 +36,8 @@ def jobs_of(log: Path) -> tuple[list[dict], float]:
         elif argv[0].endswith("reproduce/__main__.py") and len(argv) > 1:
             text = " ".join(argv)
             training = TRAINING.search(text)
-            split = SPLIT.search(text)
-            if argv[1] == "score" and split is None:
-                split = re.search(r"--split (dev|test) --checkpoint-name (last|averaged)", text)
             jobs.append({"rule": argv[1], "cpu": cpu,
                          "training": training.groups() if training else None,
-                         "split": split.groups() if split else None,
                          "dataset": _dataset(argv)})
     wrapper = sum(wrappers) / len(wrappers) if wrappers else 0.0  # alike, one a training
     for job in jobs:
@@ -81,14 +76,11 @@ def makespan(jobs: list[dict], cores: int) -> float:
             needs = [k for k in same_data if k[0] == "encode"]
         elif rule == "average":
             needs = [("train", dataset, job["training"])]
-        elif rule == "decode":
-            first = "average" if job["split"][1] == "averaged" else "train"
-            needs = [(first, dataset, job["training"])]
-        elif rule == "score":
-            needs = [("decode", dataset, job["training"], job["split"])]
+        elif rule == "evaluate":
+            needs = [("average", dataset, job["training"])]
             needs += [k for k in same_data if k[0] == "references"]
         elif rule == "summarize":
-            needs = [k for k in by_key if k[0] == "score" and k[2] == job["training"]]
+            needs = [("evaluate", dataset, job["training"])]
         elif rule == "tables":
             needs = [k for k in same_data if k[0] == "summarize"]
         else:
@@ -115,10 +107,8 @@ def makespan(jobs: list[dict], cores: int) -> float:
 
 
 def _key(job: dict, number: int) -> tuple:
-    if job["rule"] in ("train", "average", "summarize"):
+    if job["rule"] in ("train", "average", "evaluate", "summarize"):
         return (job["rule"], job["dataset"], job["training"])
-    if job["rule"] in ("decode", "score"):
-        return (job["rule"], job["dataset"], job["training"], job["split"])
     return (job["rule"], job["dataset"], number)
 
 

@@ -108,6 +108,8 @@ def _experiment(path: Path, sources: dict[str, list[dict]], base: str = "tiny") 
     raw = yaml.safe_load((ROOT / f"configs/{base}.yaml").read_text())
     raw["data"].update(sources)
     raw["model"].update(d_model=16, **SMALL_MODEL)  # the checkpoints' model
+    if base == "tiny":  # Table 3's row E, which the demo leaves out: learned_checkpoint's
+        raw["variants"]["E_learned"] = {"table3_row": "E", "model": {"positional": "learned"}}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -560,7 +562,20 @@ def _tgz_of(world: World, members: dict[str, bytes]) -> bytes:
     return write_tgz_bytes(world.root / "scratch.tgz", members).read_bytes()
 
 
+def _evaluate_without_test_checkpoint(world: World) -> list:
+    """``evaluate`` of two splits whose second lacks its --checkpoint."""
+    split = ["--source", world.text, "--reference", world.text, "--encoded", world.encoded,
+             "--translations", world.root / "hyp.txt", "--out", world.root / "scores.json"]
+    return ["--experiment", world.experiment, "--variant", "base", "--spm-model", world.spm,
+            "--results", world.root / "results",
+            "--split", "dev", "--checkpoint-name", "last", "--checkpoint", world.checkpoint, *split,
+            "--split", "test", "--checkpoint-name", "averaged", *split]
+
+
 MORE_CASES = [
+    # evaluate's options, given once per split
+    ("evaluate-split-without-checkpoint", "evaluate", _evaluate_without_test_checkpoint,
+     ["every --split takes each of its options once", "--split 2x", "--checkpoint 1x"]),
     # table1's options
     ("table1-min-run-time-nan", "table1", _table1("--min-run-time", "nan"),
      ["--min-run-time", "finite number of seconds", "nan"]),
@@ -765,49 +780,57 @@ DEV_TRANSLATIONS = "results/tiny/base/seed-1/translations/dev.last.txt"
 
 
 def _decode_workflow(world: World, folder: Path, max_source_pieces: int) -> Path:
-    """A copy of the workflow whose decode rule's inputs are there: the world's experiment (with
-    ``max_source_pieces``), sentencepiece model and a checkpoint of it, and a dev source whose
-    second line has 30 words."""
+    """A copy of the workflow whose evaluate rule's inputs are there: the world's experiment (with
+    ``max_source_pieces``), sentencepiece model and a checkpoint of it (as the last and the
+    averaged weights), dev and test sources whose second line has 30 words (their own
+    references), and the world's encoded split as both encoded splits."""
     workdir = copy_workflow(folder)
     experiment = shutil.copy(_bounded(world, max_source_pieces), workdir / "configs/tiny.yaml")
     (workdir / "pipeline.yaml").write_text(yaml.safe_dump(
         {"experiments": ["configs/tiny.yaml"], "results": "results",
          "training": {"launcher": "inline", "tasks": 1, "threads": 1}}))
     dataset = workdir / "results/tiny"
-    for source, placed in ((world.spm, "bpe/spm.model"), (_thirty_words(world), "data/dev.src")):
-        (dataset / placed).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source, dataset / placed)
-    _checkpoint(dataset / "base/seed-1/train/final.pt", 120, 16, 10, _trained_with(experiment),
-                world.spm)
+    placed = {"bpe/spm.model": world.spm}
+    for split in ("dev", "test"):
+        placed |= {f"data/{split}.src": _thirty_words(world),
+                   f"data/{split}.ref": _thirty_words(world)}
+    for name, source in placed.items():
+        (dataset / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, dataset / name)
+    for split in ("dev", "test"):
+        shutil.copytree(world.encoded, dataset / f"encoded/{split}")
+    for weights in ("train/final.pt", "averaged.pt"):
+        _checkpoint(dataset / "base/seed-1" / weights, 120, 16, 10, _trained_with(experiment),
+                    world.spm)
     return workdir
 
 
 def _snakemake_decode(workdir: Path, *options: str) -> subprocess.CompletedProcess:
-    """Snakemake asked for the dev translations, with the decode rule alone allowed to run."""
+    """Snakemake asked for the dev translations, with the evaluate rule alone allowed to run."""
     return subprocess.run(
         [str(Path(sys.executable).with_name("snakemake")), "--cores", "1",
-         "--configfile=pipeline.yaml", "--allowed-rules", "decode", *options, "--",
+         "--configfile=pipeline.yaml", "--allowed-rules", "evaluate", *options, "--",
          DEV_TRANSLATIONS], cwd=workdir, capture_output=True, text=True, timeout=300,
         env={key: value for key, value in os.environ.items() if key != "MLFLOW_TRACKING_URI"}
         | {"PYTHONPATH": str(ROOT), "REPRODUCE_PROGRESS_SECONDS": "0"})
 
 
-def test_the_decode_rule_logs_the_refusal_as_its_one_line(world, tmp_path):
-    """Snakemake's decode rule goes through the same command: the job fails, and its log holds
+def test_the_evaluate_rule_logs_the_refusal_as_its_one_line(world, tmp_path):
+    """Snakemake's evaluate rule decodes through the same code: the job fails, and its log holds
     the refusal alone, before any decoding, with no translations written."""
     workdir = _decode_workflow(world, tmp_path, 20)
     result = _snakemake_decode(workdir)
     assert result.returncode != 0, result.stdout[-3000:] + result.stderr[-3000:]
-    log = (workdir / "results/logs/tiny/decode_base_seed1_dev_last.log").read_text()
-    assert log.startswith("reproduce decode: error: ") and log.count("\n") == 1, log
+    log = (workdir / "results/logs/tiny/evaluate_base_seed1.log").read_text()
+    assert log.startswith("reproduce evaluate: error: ") and log.count("\n") == 1, log
     assert "data/dev.src line 2" in log and "decoding.max_source_pieces=20" in log
     assert not (workdir / DEV_TRANSLATIONS).exists()
 
 
 def test_an_edited_bound_replans_no_decoding(world, tmp_path):
     """The bound changes no translation, nor does how often beam search reads which sentences
-    are done, so unlike the beam size or a batch size neither is among the decode rule's params:
-    translations made under one value stay when it is edited."""
+    are done, so unlike the beam size or a batch size neither is among the evaluate rule's
+    params: translations made under one value stay when it is edited."""
     workdir = _decode_workflow(world, tmp_path, 64)
     decoded = _snakemake_decode(workdir)
     assert decoded.returncode == 0, decoded.stdout[-3000:] + decoded.stderr[-3000:]
@@ -823,7 +846,7 @@ def test_an_edited_bound_replans_no_decoding(world, tmp_path):
         planned = _snakemake_decode(workdir, "--dry-run")
         output = planned.stdout + planned.stderr
         assert planned.returncode == 0, output[-3000:]
-        assert (re.search(r"^decode\s+1$", output, re.MULTILINE) is not None) == replanned, (
+        assert (re.search(r"^evaluate\s+1$", output, re.MULTILINE) is not None) == replanned, (
             edit, output[-3000:])
 
 

@@ -27,7 +27,7 @@ VARIANTS = ["base", "A_h1"]
 SEEDS = {"base": [1, 2], "A_h1": [1]}  # base trained twice: a change to one seed spares the other
 BASE = "results/tiny/base/seed-1"
 # What follows a variant's training in `all`, and what follows its averaged model.
-AFTER_AVERAGING = {"average": 1, "decode": 1, "score": 1, "summarize_variant": 1,
+AFTER_AVERAGING = {"average": 1, "evaluate": 1, "summarize_variant": 1,
                    "final_tables": 1, "all": 1}
 TABLES_ONLY = {"final_tables": 1, "all": 1}
 
@@ -154,7 +154,7 @@ def test_a_seed_added_later_plans_that_seeds_jobs_alone(tree):
         planned, stdout = _dry_run(tree)
     finally:
         experiment_file.write_text(original)
-    assert planned == {"train": 1, "average": 1, "decode": 2, "score": 2,
+    assert planned == {"train": 1, "average": 1, "evaluate": 1,
                        "summarize_variant": 1, "final_tables": 1, "all": 1}
     assert "results/tiny/base/seed-3/train/final.pt" in stdout
     assert not re.search(r"seed=[12]\b", stdout)

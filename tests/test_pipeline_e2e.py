@@ -18,10 +18,10 @@ from tests.project_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-VARIANTS = ["base", "A_h1", "E_learned", "rnn"]
-TABLE3_VARIANTS = ["base", "A_h1", "E_learned"]  # rnn is Table 2's recurrent baseline only
-# base and E_learned trained with two seeds (their difference covers retraining), the others one
-SEEDS = {"base": [1, 2], "A_h1": [1], "E_learned": [1, 2], "rnn": [1]}
+VARIANTS = ["base", "A_h1", "D_ls0", "rnn"]
+TABLE3_VARIANTS = ["base", "A_h1", "D_ls0"]  # rnn is Table 2's recurrent baseline only
+# base and D_ls0 trained with two seeds (their difference covers retraining), the others one
+SEEDS = {"base": [1, 2], "A_h1": [1], "D_ls0": [1, 2], "rnn": [1]}
 TRAININGS = [(variant, seed) for variant, seeds in SEEDS.items() for seed in seeds]
 
 pytestmark = pytest.mark.slow
@@ -83,10 +83,10 @@ def test_tables_hold_real_numbers_for_every_variant(pipeline):
     assert list(table3["variant"]) == TABLE3_VARIANTS
     rows = table3.set_index("variant")
     assert [str(rows.loc[name, "seeds"]) for name in TABLE3_VARIANTS] == ["2", "1", "2"]
-    assert rows.loc["E_learned", "Δ CI covers"] == "seeds (2 vs 2, paired) and sentences"
+    assert rows.loc["D_ls0", "Δ CI covers"] == "seeds (2 vs 2, paired) and sentences"
     assert rows.loc["A_h1", "Δ CI covers"].startswith("sentences only")
-    low, high = (float(end) for end in rows.loc["E_learned", "sacreBLEU (dev) min–max"].split("–"))
-    assert low <= rows.loc["E_learned", "sacreBLEU (dev)"] <= high
+    low, high = (float(end) for end in rows.loc["D_ls0", "sacreBLEU (dev) min–max"].split("–"))
+    assert low <= rows.loc["D_ls0", "sacreBLEU (dev)"] <= high
     table2 = pd.read_csv(tables / "table2.csv").set_index("status")
     for variant in ("base", "rnn"):  # our rows, scored, with exact FLOPs from training
         row = table2.loc[f"ours: {variant}"]
@@ -157,12 +157,12 @@ def test_every_job_logged_and_the_heavy_ones_benchmarked(pipeline):
     logs, benchmarks = pipeline / "results/logs/tiny", pipeline / "results/benchmarks/tiny"
     assert "dev loss" in (logs / "train_base_seed2.log").read_text()  # training's stderr
     expected_logs = ["prepare_train", "train_bpe", "encode_train", "average_base_seed1",
-                     "decode_base_seed1_test_averaged", "score_base_seed2_dev_last",
+                     "evaluate_base_seed1", "evaluate_base_seed2",
                      "summarize_base_seed1_bleu", "final_tables"]
     for name in expected_logs:
         assert (logs / f"{name}.log").exists(), name
     for name in ["prepare_test", "train_bpe", "encode_dev", "train_A_h1_seed1",
-                 "decode_base_seed2_dev_last", "score_E_learned_seed2_test_averaged"]:
+                 "evaluate_base_seed2", "evaluate_D_ls0_seed2"]:
         header, measured = (benchmarks / f"{name}.tsv").read_text().splitlines()
         assert header.startswith("s\th:m:s") and float(measured.split("\t")[0]) > 0, name
 
@@ -220,20 +220,20 @@ def test_a_second_run_rebuilds_nothing(pipeline):
 
 
 def test_one_deleted_seed_is_rebuilt_alone_by_its_target(pipeline, tmp_path):
-    shutil.move(pipeline / "results/tiny/E_learned/seed-2", tmp_path / "seed-2")
-    planned = _planned_jobs(pipeline, "results/tiny/E_learned/seed-2/bleu.json")
-    assert planned == {"train": 1, "average": 1, "decode": 2, "score": 2, "summarize_variant": 1}
-    result = _snakemake(pipeline, "--dry-run", "results/tiny/E_learned/seed-2/bleu.json")
-    assert "variant=E_learned, seed=2" in result.stdout and "seed=1" not in result.stdout
+    shutil.move(pipeline / "results/tiny/D_ls0/seed-2", tmp_path / "seed-2")
+    planned = _planned_jobs(pipeline, "results/tiny/D_ls0/seed-2/bleu.json")
+    assert planned == {"train": 1, "average": 1, "evaluate": 1, "summarize_variant": 1}
+    result = _snakemake(pipeline, "--dry-run", "results/tiny/D_ls0/seed-2/bleu.json")
+    assert "variant=D_ls0, seed=2" in result.stdout and "seed=1" not in result.stdout
     assert "variant=base" not in result.stdout and "variant=A_h1" not in result.stdout
-    shutil.move(tmp_path / "seed-2", pipeline / "results/tiny/E_learned/seed-2")
+    shutil.move(tmp_path / "seed-2", pipeline / "results/tiny/D_ls0/seed-2")
 
 
 def test_one_variants_target_plans_only_that_variant(pipeline):
     result = _snakemake(pipeline, "--dry-run", "--forceall", "results/tiny/A_h1/seed-1/bleu.json")
     assert result.returncode == 0
     assert "variant=A_h1" in result.stdout
-    assert "variant=E_learned" not in result.stdout and "variant=base" not in result.stdout
+    assert "variant=D_ls0" not in result.stdout and "variant=base" not in result.stdout
 
 
 def test_a_pipeline_run_logs_to_an_mlflow_server_when_pointed_at_it(pipeline, tmp_path):
@@ -286,7 +286,7 @@ def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once
     kept = {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()}
     try:
         jobs = _planned_jobs(pipeline, "all")
-        assert "train" not in jobs and jobs["decode"] == 4, jobs  # base's decodings only
+        assert "train" not in jobs and jobs["evaluate"] == 2, jobs  # base's decodings only
         ran = _snakemake(pipeline, "all")
         assert ran.returncode == 0, ran.stderr[-3000:]
         stale = [line for line in ran.stdout.splitlines() + ran.stderr.splitlines()
@@ -300,7 +300,7 @@ def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once
 
         variant.rename(pipeline / "results/tiny/A_h1.before-edit")
         jobs = _planned_jobs(pipeline, "all")
-        assert jobs["train"] == 1 and "decode" in jobs, jobs
+        assert jobs["train"] == 1 and "evaluate" in jobs, jobs
         train_job = _snakemake(pipeline, "--dry-run", "all").stdout
         assert "variant=A_h1" in train_job[train_job.index("rule train:"):].split("\n\n")[0]
     finally:

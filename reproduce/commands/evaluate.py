@@ -1,5 +1,6 @@
-"""Evaluation commands: translate with a checkpoint, score the translations, and merge a
-variant's dev and test scores."""
+"""Evaluation commands: translate with a checkpoint, score the translations (each alone, or both
+for several splits in one process, as the pipeline evaluates a training), and merge a variant's
+dev and test scores."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from reproduce.commands.arguments import (
     existing_file, output_file, seed_number,
 )
 from reproduce.commands import experiment_of, set_threads, variant_of
-from reproduce.errors import DataError
+from reproduce.errors import DataError, UsageError
 from reproduce.files import read_json, write_json
 
 
@@ -87,6 +88,61 @@ def cmd_score(args: argparse.Namespace) -> None:
                 results=Path(args.results), out=Path(args.out))
 
 
+# The options of `evaluate` given once per evaluated split, in the order of its --split options.
+PER_SPLIT = {
+    "split": dict(choices=["dev", "test"], help="a split to evaluate: its options follow"),
+    "checkpoint_name": dict(choices=["last", "averaged"], help="which checkpoint it is"),
+    "checkpoint": dict(type=checkpoint_file, help="checkpoint to translate with"),
+    "source": dict(type=existing_file, help="the split's input sentences, one per line"),
+    "reference": dict(type=existing_file, help="its references (parsing: gold trees)"),
+    "encoded": dict(type=existing_dir, help="its encoded form, for perplexity"),
+    "translations": dict(type=output_file, help="translations to write"),
+    "out": dict(type=output_file, help="scores JSON to write"),
+}
+
+
+def _evaluate(commands: argparse._SubParsersAction) -> None:
+    sub = add_command(commands, "evaluate", cmd_evaluate,
+                      "decode, then score, one split after another in one process (what `decode` "
+                      "and `score` do, without a process and its imports for each): --split "
+                      "starts a split's options, each given once per split")
+    add_experiment(sub)
+    add_variant(sub, help="variant whose decoding settings apply")
+    add_seed(sub)
+    sub.add_argument("--spm-model", required=True, type=existing_file,
+                     help="sentencepiece model of the checkpoints' dataset")
+    sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
+    add_threads(sub)
+    split = sub.add_argument_group("each split")
+    for name, options in PER_SPLIT.items():
+        split.add_argument(f"--{name.replace('_', '-')}", action="append", required=True,
+                           **options)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    counts = {name: len(getattr(args, name)) for name in PER_SPLIT}
+    if len(set(counts.values())) > 1:
+        given = ", ".join(f"--{name.replace('_', '-')} {count}x" for name, count in counts.items())
+        raise UsageError(f"every --split takes each of its options once: got {given}")
+    experiment = experiment_of(args)
+    variant = variant_of(experiment, args)  # refused before torch is imported
+    from reproduce.decoding.translate import translate_file
+    from reproduce.provenance import trained_settings
+    from reproduce.scoring.scores import score_split
+
+    set_threads(args.threads)
+    for number in range(counts["split"]):
+        split = argparse.Namespace(**{name: getattr(args, name)[number] for name in PER_SPLIT})
+        translate_file(checkpoint=split.checkpoint, spm_model=Path(args.spm_model),
+                       source=split.source, out=Path(split.translations),
+                       decoding=variant.decoding,
+                       expected_settings=trained_settings(variant, experiment))
+        score_split(experiment, variant, split.split, split.checkpoint_name,
+                    translations=Path(split.translations), reference=split.reference,
+                    source=split.source, checkpoint=split.checkpoint, encoded=split.encoded,
+                    results=Path(args.results), out=Path(split.out))
+
+
 def _summarize(commands: argparse._SubParsersAction) -> None:
     sub = add_command(commands, "summarize", cmd_summarize,
                       "merge a variant's dev and test scores")
@@ -121,5 +177,5 @@ def _scores(path: Path) -> dict:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the evaluation commands, in the order the pipeline runs them."""
-    for add in (_decode, _score, _summarize):
+    for add in (_decode, _score, _evaluate, _summarize):
         add(commands)

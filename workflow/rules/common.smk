@@ -94,7 +94,6 @@ wildcard_constraints:
     seed=r"\d+",
     split="train|dev|test",
     evaluated_split="dev|test",
-    weights="last|averaged",
 
 
 def experiment_file(wildcards):
@@ -228,13 +227,6 @@ def variant_scores(wildcards):
         )
     folder = f"{seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)}/scores"
     return {"dev": f"{folder}/dev.last.json", "test": f"{folder}/test.averaged.json"}
-
-
-def weights_file(wildcards):
-    folder = seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)
-    if wildcards.weights == "last":
-        return f"{folder}/train/final.pt"
-    return f"{folder}/averaged.pt"
 
 
 def reported_table_file(name):

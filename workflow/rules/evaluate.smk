@@ -1,8 +1,10 @@
-"""Beam search on dev/test with the last or the averaged weights, then BLEU (or, for parsing,
-labelled-bracket F1) and perplexity.
+"""Beam search on dev with the last weights and on test with the averaged ones, then BLEU (or,
+for parsing, labelled-bracket F1) and perplexity: Table 3 reads dev with the last checkpoint (the
+paper: no averaging); Tables 2 and 4 read test with the averaged one (Section 6.1).
 
-Table 3 reads dev with the last checkpoint (the paper: no averaging); Tables 2 and 4 read test
-with the averaged one (Section 6.1). The wildcard `weights` (last|averaged) picks which.
+One job per training evaluates both splits: a process of its own for each decoding and each
+scoring spent more on starting (torch, MLflow, sacreBLEU's tokenizers: ~4 s) than on the tiny
+demo's work. Another split or checkpoint: `python -m reproduce decode` and `score` by hand.
 """
 
 
@@ -10,22 +12,36 @@ localrules:
     summarize_variant,  # merges two small JSON files
 
 
-rule decode:
+SEED_DIR = f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}"
+DATA_DIR = f"{RESULTS}/{{dataset}}/data"
+
+
+rule evaluate:
     input:
-        checkpoint=weights_file,
+        last=f"{SEED_DIR}/train/final.pt",
+        averaged=f"{SEED_DIR}/averaged.pt",
         spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
-        source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
+        dev_source=f"{DATA_DIR}/dev.src",
+        dev_reference=f"{DATA_DIR}/dev.ref",
+        dev_encoded=f"{RESULTS}/{{dataset}}/encoded/dev",
+        test_source=f"{DATA_DIR}/test.src",
+        test_reference=f"{DATA_DIR}/test.ref",
+        test_encoded=f"{RESULTS}/{{dataset}}/encoded/test",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/{{evaluated_split}}.{{weights}}.txt",
+        dev_translations=f"{SEED_DIR}/translations/dev.last.txt",
+        dev_scores=f"{SEED_DIR}/scores/dev.last.json",
+        test_translations=f"{SEED_DIR}/translations/test.averaged.txt",
+        test_scores=f"{SEED_DIR}/scores/test.averaged.json",
     log:
-        log_file("{dataset}/decode_{variant}_seed{seed}_{evaluated_split}_{weights}"),
+        log_file("{dataset}/evaluate_{variant}_seed{seed}"),
     benchmark:
-        benchmark_file("{dataset}/decode_{variant}_seed{seed}_{evaluated_split}_{weights}")
+        benchmark_file("{dataset}/evaluate_{variant}_seed{seed}")
     conda:
         CONDA_ENV
     threads: config["training"].get("threads", 1)
     params:
         experiment=experiment_file,
+        results=tracking_root,
         # an edited beam size or penalty replans decoding; the bound on a source line does
         # not: it changes no translation, it only refuses an input; nor does how often the
         # search reads which sentences are done (the same translations, bit for bit). Batch
@@ -34,41 +50,17 @@ rule decode:
         .variant(wildcards.variant)
         .decoding.model_dump_json(exclude={"max_source_pieces", "check_every"}),
     shell:
-        "python -m reproduce decode --experiment {params.experiment:q}"
+        "python -m reproduce evaluate --experiment {params.experiment:q}"
         " --variant {wildcards.variant:q} --seed {wildcards.seed}"
-        " --checkpoint {input.checkpoint:q}"
-        " --spm-model {input.spm_model:q} --source {input.source:q} --out {output:q}"
-        " --threads {threads} > {log:q} 2>&1"
-
-
-rule score:
-    input:
-        translations=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/{{evaluated_split}}.{{weights}}.txt",
-        reference=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.ref",
-        source=f"{RESULTS}/{{dataset}}/data/{{evaluated_split}}.src",
-        checkpoint=weights_file,
-        encoded=f"{RESULTS}/{{dataset}}/encoded/{{evaluated_split}}",
-    output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/scores/{{evaluated_split}}.{{weights}}.json",
-    log:
-        log_file("{dataset}/score_{variant}_seed{seed}_{evaluated_split}_{weights}"),
-    benchmark:
-        benchmark_file("{dataset}/score_{variant}_seed{seed}_{evaluated_split}_{weights}")
-    conda:
-        CONDA_ENV
-    threads: config["training"].get("threads", 1)
-    params:
-        experiment=experiment_file,
-        results=tracking_root,
-    shell:
-        "python -m reproduce score --experiment {params.experiment:q}"
-        " --variant {wildcards.variant:q} --seed {wildcards.seed}"
-        " --split {wildcards.evaluated_split:q}"
-        " --checkpoint-name {wildcards.weights:q} --translations {input.translations:q}"
-        " --reference {input.reference:q} --source {input.source:q}"
-        " --checkpoint {input.checkpoint:q}"
-        " --encoded {input.encoded:q} --results {params.results:q} --out {output:q}"
-        " --threads {threads} > {log:q} 2>&1"
+        " --spm-model {input.spm_model:q} --results {params.results:q} --threads {threads}"
+        " --split dev --checkpoint-name last --checkpoint {input.last:q}"
+        " --source {input.dev_source:q} --reference {input.dev_reference:q}"
+        " --encoded {input.dev_encoded:q} --translations {output.dev_translations:q}"
+        " --out {output.dev_scores:q}"
+        " --split test --checkpoint-name averaged --checkpoint {input.averaged:q}"
+        " --source {input.test_source:q} --reference {input.test_reference:q}"
+        " --encoded {input.test_encoded:q} --translations {output.test_translations:q}"
+        " --out {output.test_scores:q} > {log:q} 2>&1"
 
 
 # bleu.json for translation, f1.json for parsing (the wildcard scores_summary).
