@@ -131,12 +131,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     from reproduce.scoring.scores import score_split
 
     set_threads(args.threads)
+    expected_settings = trained_settings(variant, experiment)  # every split's checkpoint's
     for number in range(counts["split"]):
         split = argparse.Namespace(**{name: getattr(args, name)[number] for name in PER_SPLIT})
         translate_file(checkpoint=split.checkpoint, spm_model=Path(args.spm_model),
                        source=split.source, out=Path(split.translations),
-                       decoding=variant.decoding,
-                       expected_settings=trained_settings(variant, experiment))
+                       decoding=variant.decoding, expected_settings=expected_settings)
         score_split(experiment, variant, split.split, split.checkpoint_name,
                     translations=Path(split.translations), reference=split.reference,
                     source=split.source, checkpoint=split.checkpoint, encoded=split.encoded,
