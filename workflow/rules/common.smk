@@ -123,6 +123,12 @@ def seed_dir(dataset, variant, seed):
     return f"{RESULTS}/{dataset}/{variant}/seed-{seed}"
 
 
+# seed_dir's pattern, with wildcards: the folder of every rule's files about one training
+SEED_DIR = seed_dir("{dataset}", "{variant}", "{seed}")
+# what `evaluate` writes in that folder and `summarize_variant` reads
+EVALUATED_SCORES = {"dev": "scores/dev.last.json", "test": "scores/test.averaged.json"}
+
+
 def trainings(dataset):
     """(variant, seed) of every training the experiment asks for, in the file's order."""
     experiment = EXPERIMENTS[dataset]
@@ -225,8 +231,8 @@ def variant_scores(wildcards):
             f"{wildcards.dataset} is a {EXPERIMENTS[wildcards.dataset].task} experiment: "
             f"its variants are summarised in {expected}"
         )
-    folder = f"{seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)}/scores"
-    return {"dev": f"{folder}/dev.last.json", "test": f"{folder}/test.averaged.json"}
+    folder = seed_dir(wildcards.dataset, wildcards.variant, wildcards.seed)
+    return {split: f"{folder}/{scores}" for split, scores in EVALUATED_SCORES.items()}
 
 
 def reported_table_file(name):

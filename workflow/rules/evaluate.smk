@@ -12,7 +12,6 @@ localrules:
     summarize_variant,  # merges two small JSON files
 
 
-SEED_DIR = f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}"
 DATA_DIR = f"{RESULTS}/{{dataset}}/data"
 
 
@@ -29,9 +28,9 @@ rule evaluate:
         test_encoded=f"{RESULTS}/{{dataset}}/encoded/test",
     output:
         dev_translations=f"{SEED_DIR}/translations/dev.last.txt",
-        dev_scores=f"{SEED_DIR}/scores/dev.last.json",
+        dev_scores=f"{SEED_DIR}/{EVALUATED_SCORES['dev']}",
         test_translations=f"{SEED_DIR}/translations/test.averaged.txt",
-        test_scores=f"{SEED_DIR}/scores/test.averaged.json",
+        test_scores=f"{SEED_DIR}/{EVALUATED_SCORES['test']}",
     log:
         log_file("{dataset}/evaluate_{variant}_seed{seed}"),
     benchmark:
@@ -69,7 +68,7 @@ rule summarize_variant:
         unpack(variant_scores),
     output:
         report(
-            f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/{{scores_summary}}.json",
+            f"{SEED_DIR}/{{scores_summary}}.json",
             category="Scores per variant",
             subcategory="{dataset}",
             labels={"dataset": "{dataset}", "variant": "{variant}", "seed": "{seed}"},

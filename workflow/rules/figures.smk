@@ -7,12 +7,12 @@ translation as the decoder's input. Not part of `all`: ask for a variant's folde
 
 rule attention_figures:
     input:
-        checkpoint=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/averaged.pt",
+        checkpoint=f"{SEED_DIR}/averaged.pt",
         spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
         source=f"{RESULTS}/{{dataset}}/data/test.src",
-        translations=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/translations/test.averaged.txt",
+        translations=f"{SEED_DIR}/translations/test.averaged.txt",
     output:
-        directory(f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/figures"),
+        directory(f"{SEED_DIR}/figures"),
     log:
         log_file("{dataset}/attention_figures_{variant}_seed{seed}"),
     conda:

@@ -16,10 +16,10 @@ rule train:
         # Snakemake plans, before it would delete the run's outputs to retrain it
         unpack(training_inputs),
     output:
-        final=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/final.pt",
-        summary=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/summary.json",
+        final=f"{SEED_DIR}/train/final.pt",
+        summary=f"{SEED_DIR}/train/summary.json",
         # the kept checkpoints on the save grid (names, steps, sha256): what `average` reads
-        checkpoints=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/checkpoints.json",
+        checkpoints=f"{SEED_DIR}/train/checkpoints.json",
     log:
         log_file("{dataset}/train_{variant}_seed{seed}"),
     benchmark:
@@ -34,7 +34,7 @@ rule train:
     threads: config["training"].get("threads", 1)
     params:
         experiment=experiment_file,
-        out_dir=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}",
+        out_dir=SEED_DIR,
         results=tracking_root,
         launcher=config["training"]["launcher"],
         tasks=config["training"].get("tasks", 1),
@@ -50,9 +50,9 @@ rule average:
     input:
         # Lists the checkpoints it averages (the folder itself is training's working state,
         # which Snakemake cannot see into); their sha256 is checked against it.
-        manifest=f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/train/checkpoints.json",
+        manifest=f"{SEED_DIR}/train/checkpoints.json",
     output:
-        f"{RESULTS}/{{dataset}}/{{variant}}/seed-{{seed}}/averaged.pt",
+        f"{SEED_DIR}/averaged.pt",
     log:
         log_file("{dataset}/average_{variant}_seed{seed}"),
     conda:
