@@ -146,11 +146,13 @@ def test_collate_adds_eos_to_sources_and_bos_eos_to_targets_and_rounds_widths(tm
 
 
 def _token_key(step: int, pair: int, side: int, position: int) -> int:
-    """A token's dropout key as reproduce/model/dropout.py defines it, one token at a time:
-    splitmix64's finaliser of step + mix(2 pair + side) + position x gamma (mod 2^64)."""
+    """A token's dropout key as reproduce/model/dropout.py defines it, one token at a time: the
+    top 32 bits of splitmix64's finaliser of step + mix(2 pair + side) + position x gamma (mod
+    2^64), as an int32."""
     sentence = int(mix_host(np.array([2 * pair + side], dtype=np.uint64))[0])
     counter = (step + sentence + position * 0x9E3779B97F4A7C15) % 2**64
-    return int(mix_host(np.array([counter], dtype=np.uint64)).view(np.int64)[0])
+    top = int(mix_host(np.array([counter], dtype=np.uint64))[0]) >> 32
+    return top - 2**32 if top >= 2**31 else top
 
 
 def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp_path):

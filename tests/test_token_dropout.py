@@ -9,8 +9,8 @@ import torch
 
 from reproduce.model.architectures import build_model
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.model.dropout import (AttentionDropout, TokenDropout, keep_mask, mix, mix_host,
-                                     step_key, token_keys)
+from reproduce.model.dropout import (AttentionDropout, TokenDropout, keep_mask, mix32,
+                                     mix32_host, mix_host, step_key, token_keys)
 from reproduce.model.token_layout import TokenLayout
 from reproduce.training.batching import collate
 from reproduce.training.teacher_forcing import TeacherForcedStates
@@ -36,23 +36,26 @@ def _within(observed: float, expected: float, count: int, sigmas: float = 5.0) -
 
 
 def test_the_device_hash_is_the_host_hash_bit_for_bit():
-    values = np.random.default_rng(0).integers(0, 2**64, 10_000, dtype=np.uint64)
-    device = mix(torch.from_numpy(values.view(np.int64))).numpy()
-    assert np.array_equal(device, mix_host(values).view(np.int64))
-    # splitmix64's published first output for seed 0: mix(0 + golden gamma)
+    values = np.random.default_rng(0).integers(0, 2**32, 10_000, dtype=np.uint32)
+    device = mix32(torch.from_numpy(values.view(np.int32))).numpy()
+    assert np.array_equal(device, mix32_host(values).view(np.int32))
+    # MurmurHash3_x86_32 of the empty string is fmix32(seed): its published values for seeds 1
+    # and 0xFFFFFFFF; splitmix64's first output for seed 0: mix(0 + golden gamma)
+    assert mix32_host(np.array([1, 0xFFFFFFFF], dtype=np.uint32)).tolist() == [0x514E28B7,
+                                                                                 0x81F16F39]
     assert int(mix_host(np.array([0x9E3779B97F4A7C15], dtype=np.uint64))[0]) == 0xE220A8397B1DCDAF
 
 
-@pytest.mark.parametrize("p", [0.0, 2**-24, 0.1, 0.3, 0.5, 0.7, 1 - 2**-24])
+@pytest.mark.parametrize("p", [0.0, 2**-16, 0.1, 0.3, 0.5, 0.7, 1 - 2**-16])
 def test_the_keep_mask_is_the_top_bits_of_the_hash_compared_with_p(p):
-    """keep_mask's shortcut (the top 24 bits read before mix's last xorshift, compared as
+    """keep_mask's shortcut (the top 16 bits read before fmix32's last xorshift, compared as
     unsigned through a flipped sign bit) keeps exactly the units that its definition does."""
-    values = np.random.default_rng(1).integers(0, 2**64, 200_000, dtype=np.uint64)
-    values[:4] = [0, 1, 2**63, 2**64 - 1]
-    top_bits = mix_host(values) >> np.uint64(40)
-    keys = torch.from_numpy(values.view(np.int64).copy())
-    assert torch.equal(keep_mask(keys, p), torch.from_numpy(top_bits >= round(p * 2**24)))
-    assert torch.equal(keys, torch.from_numpy(values.view(np.int64)))  # its input left as it was
+    values = np.random.default_rng(1).integers(0, 2**32, 200_000, dtype=np.uint32)
+    values[:4] = [0, 1, 2**31, 2**32 - 1]
+    top_bits = mix32_host(values) >> np.uint32(16)
+    keys = torch.from_numpy(values.view(np.int32).copy())
+    assert torch.equal(keep_mask(keys, p), torch.from_numpy(top_bits >= round(p * 2**16)))
+    assert torch.equal(keys, torch.from_numpy(values.view(np.int32)))  # its input left as it was
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

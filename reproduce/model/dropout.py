@@ -10,16 +10,19 @@ dropout site in the model and the feature. A step may then be cut into any numbe
 any number of ranks, and every token still meets the same noise: the trained model depends on
 neither (up to float summation order).
 
-The hash is splitmix64's finaliser (Steele, Lea and Flood 2014, "Fast splittable pseudorandom
-number generators"; the mixing function of Java's SplittableRandom), a counter-based generator
-in the sense of Salmon et al. (2011, "Parallel random numbers: as easy as 1, 2, 3"): each output
-is a function of its counter alone, so no state is carried and nothing is sequential. The host
-hashes (seed, step, pair, side, position) into one 64-bit key per token while it collates a
-batch (:func:`token_keys`); on the device a site mixes each token's key with a key per feature,
-``[N, 1] + [1, d]``, element-wise, and keeps a unit where the top 24 bits of the hash reach
-``P_drop * 2^24``: keep-probability ``1 - P_drop`` (to 2^-24), kept units scaled by
-``1 / (1 - P_drop)``. Under ``torch.compile`` the hash fuses into one kernel per site that reads
-``N + d`` keys; in eager mode it is a dozen element-wise integer kernels.
+Two counter-based hashes (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3": each
+output is a function of its counter alone, so no state is carried and nothing is sequential). The
+host hashes (seed, step, pair, side, position) into one key per token while it collates a batch
+(:func:`token_keys`), with splitmix64's finaliser (Steele, Lea and Flood 2014, "Fast splittable
+pseudorandom number generators"), and keeps its top 32 bits. On the device a site adds each
+token's key to a key per feature, ``[N, 1] + [1, d]``, and mixes the sum with MurmurHash3's 32-bit
+finaliser (Appleby's ``fmix32``), element-wise; it keeps a unit where the top 16 bits of the hash
+reach ``P_drop * 2^16``: keep-probability ``1 - P_drop`` (to 2^-16), kept units scaled by
+``1 / (1 - P_drop)``. That per-unit work is in 32 bits because it is most of the cost: int32
+element-wise kernels move half the bytes of int64 ones, and a GPU multiplies int32 in one
+instruction, int64 in several (on one CPU thread the 64-bit hash took 5 times as long, 15% of a
+tiny model's training step). Under ``torch.compile`` the hash fuses into one kernel per site that
+reads ``N + d`` keys; in eager mode it is a dozen element-wise integer kernels.
 
 Without keys (a module called on its own in training mode) a site draws random keys from torch's
 generator: the noise is then right in distribution but not tied to the token.
@@ -31,18 +34,22 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-# splitmix64's constants (as unsigned 64-bit integers).
+# splitmix64's constants (unsigned 64-bit integers), for the host's keys
 _GAMMA = 0x9E3779B97F4A7C15
 _MULTIPLY_1 = 0xBF58476D1CE4E5B9
 _MULTIPLY_2 = 0x94D049BB133111EB
 _UINT64 = 2**64
-_KEEP_BITS = 24  # the hash's top bits compared with the drop probability
-_SIGN_BIT = -(2**63)  # as an int64
+# fmix32's (MurmurHash3), for the device's per-unit hash, and the 32-bit golden ratio gamma
+_GAMMA_32 = 0x9E3779B9
+_FMIX_1 = 0x85EBCA6B
+_FMIX_2 = 0xC2B2AE35
+_KEEP_BITS = 16  # the hash's top bits compared with the drop probability
+_SIGN_BIT = -(2**31)  # as an int32
 
 
 def _signed(value: int) -> int:
-    """An unsigned 64-bit constant as the int64 with the same bits (torch has no uint64 maths)."""
-    return value - _UINT64 if value >= 2**63 else value
+    """An unsigned 32-bit constant as the int32 with the same bits (torch has no uint32 maths)."""
+    return value - 2**32 if value >= 2**31 else value
 
 
 def mix_host(values: np.ndarray) -> np.ndarray:
@@ -57,20 +64,37 @@ def mix_host(values: np.ndarray) -> np.ndarray:
     return z
 
 
+def mix32_host(values: np.ndarray) -> np.ndarray:
+    """fmix32 on ``uint32`` arrays (wrapping arithmetic)."""
+    z = values.astype(np.uint32, copy=True)
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint32(16)
+        z *= np.uint32(_FMIX_1)
+        z ^= z >> np.uint32(13)
+        z *= np.uint32(_FMIX_2)
+        z ^= z >> np.uint32(16)
+    return z
+
+
+def _top_32_bits(values: np.ndarray) -> np.ndarray:
+    """``uint64`` -> ``int32``: the upper half of each value's bits."""
+    return (values >> np.uint64(32)).astype(np.uint32).view(np.int32)
+
+
 def _shift_right(z: Tensor, bits: int) -> Tensor:
-    """Logical right shift of int64 bits (``>>`` on int64 is arithmetic: the sign bit spreads)."""
+    """Logical right shift of int32 bits (``>>`` on int32 is arithmetic: the sign bit spreads)."""
     shifted = z >> bits
-    shifted &= (1 << (64 - bits)) - 1
+    shifted &= (1 << (32 - bits)) - 1
     return shifted
 
 
-def mix(z: Tensor) -> Tensor:
-    """:func:`mix_host` on int64 tensors, bit for bit (int64 products wrap as uint64's do)."""
-    z = z ^ _shift_right(z, 30)
-    z = z * _signed(_MULTIPLY_1)
-    z = z ^ _shift_right(z, 27)
-    z = z * _signed(_MULTIPLY_2)
-    return z ^ _shift_right(z, 31)
+def mix32(z: Tensor) -> Tensor:
+    """:func:`mix32_host` on int32 tensors, bit for bit (int32 products wrap as uint32's do)."""
+    z = z ^ _shift_right(z, 16)
+    z = z * _signed(_FMIX_1)
+    z = z ^ _shift_right(z, 13)
+    z = z * _signed(_FMIX_2)
+    return z ^ _shift_right(z, 16)
 
 
 def step_key(seed: int, step: int) -> int:
@@ -81,7 +105,7 @@ def step_key(seed: int, step: int) -> int:
 
 
 def token_keys(step: int, pairs: np.ndarray, sizes: np.ndarray, side: int) -> np.ndarray:
-    """``int64 [sum(sizes)]``: the keys of the tokens of ``pairs`` (corpus indices), ``sizes[i]``
+    """``int32 [sum(sizes)]``: the keys of the tokens of ``pairs`` (corpus indices), ``sizes[i]``
     positions each, in the order collate lays them out (pair by pair, position by position).
 
     ``step`` is :func:`step_key`'s; ``side`` tells the source (0) from the target (1)."""
@@ -91,46 +115,49 @@ def token_keys(step: int, pairs: np.ndarray, sizes: np.ndarray, side: int) -> np
     with np.errstate(over="ignore"):
         keys = (np.uint64(step) + np.repeat(sentence, sizes)
                 + positions * np.uint64(_GAMMA))
-    return mix_host(keys).view(np.int64)
+    return _top_32_bits(mix_host(keys))
 
 
 def site_base(site: int) -> int:
-    """The key of a dropout site, as an int64: its features' keys derive from it."""
-    return int(mix_host(np.array([site], dtype=np.uint64) + np.uint64(_GAMMA)).view(np.int64)[0])
+    """The key of a dropout site, as an int32: its features' keys derive from it."""
+    return int(_top_32_bits(mix_host(np.array([site], dtype=np.uint64) + np.uint64(_GAMMA)))[0])
 
 
 def counter_keys(base: int, count: int, device: torch.device | None) -> Tensor:
-    """``int64 [count]``: the keys of a site's ``count`` features."""
-    counters = torch.arange(count, dtype=torch.int64, device=device)
-    return mix(counters * _signed(_GAMMA) + base)
+    """``int32 [count]``: the keys of a site's ``count`` features."""
+    counters = torch.arange(count, dtype=torch.int32, device=device)
+    return mix32(counters * _signed(_GAMMA_32) + base)
 
 
 def keep_mask(keys: Tensor, p: float) -> Tensor:
-    """True where the hashed ``keys`` keep their unit: with probability ``1 - p``; bit for bit
-    ``_shift_right(mix(keys), 64 - _KEEP_BITS) >= round(p * 2**_KEEP_BITS)``, in 9 element-wise
-    kernels rather than 15, most in place (eager CPU training spent a quarter of its time here).
+    """True where the hashed int32 ``keys`` keep their unit: with probability ``1 - p``; bit
+    for bit ``_shift_right(mix32(keys), 32 - _KEEP_BITS) >= round(p * 2**_KEEP_BITS)``, in 10
+    element-wise kernels rather than 14, most in place.
 
-    mix's last xorshift (``z ^ z >>> 31``) leaves the top 31 bits of ``z`` as they are, so the
-    top 24 are read before it; and they reach the threshold when ``z`` does ``threshold << 40``
+    fmix32's last xorshift (``z ^ z >>> 16``) leaves the top 16 bits of ``z`` as they are, so
+    they are read before it; and they reach the threshold when ``z`` does ``threshold << 16``
     as unsigned integers, which is a signed comparison once both have their sign bit flipped."""
-    z = keys ^ _shift_right(keys, 30)  # a new tensor: ``keys`` is left as it was
-    z *= _signed(_MULTIPLY_1)
-    z ^= _shift_right(z, 27)
-    z *= _signed(_MULTIPLY_2)
+    z = keys ^ _shift_right(keys, 16)  # a new tensor: ``keys`` is left as it was
+    z *= _signed(_FMIX_1)
+    z ^= _shift_right(z, 13)
+    z *= _signed(_FMIX_2)
     z ^= _SIGN_BIT
-    threshold = round(p * 2**_KEEP_BITS) << (64 - _KEEP_BITS)
-    return z >= threshold - 2**63  # threshold ^ _SIGN_BIT, as an int64
+    threshold = round(p * 2**_KEEP_BITS) << (32 - _KEEP_BITS)
+    return z >= threshold - 2**31  # threshold ^ _SIGN_BIT, as an int32
 
 
 def apply_mask(x: Tensor, keep: Tensor, p: float) -> Tensor:
-    """Kept units scaled by ``1 / (1 - p)``, dropped ones zero (inverted dropout)."""
-    return torch.where(keep, x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype,
-                                                                 device=x.device))
+    """Kept units scaled by ``1 / (1 - p)``, dropped ones zero (inverted dropout): products with
+    the mask as 0/1 numbers and with the scale, whose backward is two products. ``torch.where``
+    forward and backward took 4-5 times as long on a CPU thread, and so did a bool tensor's
+    conversion to floats, which its bytes' (``uint8``) is not. The scale stays a Python number,
+    applied in ``x``'s arithmetic: in bfloat16 ``1 / 0.9`` itself is 0.16% off."""
+    return x * keep.view(torch.uint8).to(x.dtype) * (1.0 / (1.0 - p))
 
 
 def random_keys(shape: torch.Size, device: torch.device) -> Tensor:
     """Keys from torch's generator, for a site used without the tokens' keys."""
-    return torch.randint(-(2**63), 2**63 - 1, shape, dtype=torch.int64, device=device)
+    return torch.randint(-(2**31), 2**31 - 1, shape, dtype=torch.int32, device=device)
 
 
 class DropoutSite(nn.Module):
@@ -186,10 +213,11 @@ class AttentionDropout(DropoutSite):
         batch, heads, queries, keys_count = weights.shape
         if query_keys is None:
             query_keys = random_keys((batch, queries), weights.device)
-        # (head, key position) -> head * 2^32 + position: a counter whatever the padded width
-        head = torch.arange(heads, dtype=torch.int64, device=weights.device) << 32
-        position = torch.arange(keys_count, dtype=torch.int64, device=weights.device)
-        features = mix((head[:, None] + position) * _signed(_GAMMA) + self.base)  # [h, Tk]
+        # (head, key position) -> head * 2^16 + position: a counter whatever the padded width
+        # (sentences are far shorter than 2^16 positions)
+        head = torch.arange(heads, dtype=torch.int32, device=weights.device) << 16
+        position = torch.arange(keys_count, dtype=torch.int32, device=weights.device)
+        features = mix32((head[:, None] + position) * _signed(_GAMMA_32) + self.base)  # [h, Tk]
         keys = query_keys[:, None, :, None] + features[None, :, None, :]
         return apply_mask(weights, keep_mask(keys, self.p), self.p)
 

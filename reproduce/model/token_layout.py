@@ -30,7 +30,7 @@ class TokenLayout:
     def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
                  varlen: bool = False):
         self.padding = padding  # [B, T], True at PAD
-        self.noise = noise  # [N] int64: the tokens' dropout keys (training), or None
+        self.noise = noise  # [N] int32: the tokens' dropout keys (training), or None
         self.varlen = varlen  # attention over these tokens asks for the varlen kernel
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
@@ -69,7 +69,8 @@ class TokenLayout:
     def pad(self, tokens: Tensor) -> Tensor:
         """``[N, ...]`` -> ``[B, T, ...]``: the tokens' values in place, zeros at padding."""
         batch, length = self.padding.shape
-        flat = tokens.new_zeros(batch * length, *tokens.shape[1:]).index_copy(0, self.index, tokens)
+        flat = tokens.new_zeros(batch * length, *tokens.shape[1:])
+        flat.index_copy_(0, self.index, tokens)  # in place: its out-of-place twin copies the zeros
         return flat.view(batch, length, *tokens.shape[1:])
 
     def batch_noise(self) -> Tensor | None:

@@ -50,8 +50,8 @@ class Batch:
     source_index: torch.Tensor  # [M]: flat positions b * S + s of the source tokens
     target_index: torch.Tensor  # [N]: flat positions b * T + t of the target tokens
     # The tokens' dropout keys (training; reproduce.model.dropout), or None
-    source_noise: torch.Tensor | None = None  # [M] int64
-    target_noise: torch.Tensor | None = None  # [N] int64
+    source_noise: torch.Tensor | None = None  # [M] int32
+    target_noise: torch.Tensor | None = None  # [N] int32
     # A bucketed pass's (pass_shape): 1.0 at the pairs' target tokens, 0.0 at dummy ones
     target_weight: torch.Tensor | None = None  # [N] float32
 
