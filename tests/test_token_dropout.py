@@ -58,6 +58,22 @@ def test_the_keep_mask_is_the_top_bits_of_the_hash_compared_with_p(p):
     assert torch.equal(keys, torch.from_numpy(values.view(np.int32)))  # its input left as it was
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_hash_is_the_same_bits_compiled_and_on_the_gpu(device):
+    """int32 products wrap in every backend as uint32's do: eager and torch.compile'd (Inductor's
+    C++ on the CPU, Triton on the GPU), the keys and the keep mask are the host's bits."""
+    values = np.random.default_rng(2).integers(0, 2**32, 100_000, dtype=np.uint32)
+    keys = torch.from_numpy(values.view(np.int32).copy()).to(device)
+    hashed = mix32_host(values)
+    keep = torch.from_numpy(hashed >> np.uint32(16) >= round(0.1 * 2**16))
+    for mode in ("eager", "compiled"):
+        mixer = mix32 if mode == "eager" else torch.compile(mix32, dynamic=False)
+        masker = (keep_mask if mode == "eager"
+                  else torch.compile(keep_mask, dynamic=False))
+        assert np.array_equal(mixer(keys).cpu().numpy(), hashed.view(np.int32)), mode
+        assert torch.equal(masker(keys, 0.1).cpu(), keep), mode
+
+
 @pytest.mark.parametrize("p", [0.1, 0.3])
 def test_units_are_kept_with_probability_one_minus_p_and_scaled_by_its_inverse(p):
     dropout = TokenDropout(p, FEATURES)
