@@ -34,15 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-# splitmix64's constants (unsigned 64-bit integers), for the host's keys
+# The two finalisers, each xorshift, multiply, xorshift, multiply, xorshift: (shift, multiplier,
+# shift, multiplier, shift), the multipliers as unsigned integers. splitmix64's hashes the host's
+# keys, fmix32's (MurmurHash3) the device's units.
+_SPLITMIX64 = (30, 0xBF58476D1CE4E5B9, 27, 0x94D049BB133111EB, 31)
+_FMIX32 = (16, 0x85EBCA6B, 13, 0xC2B2AE35, 16)
+# Counter increments (the golden ratio): 64-bit for the host's keys, 32-bit for the features'
 _GAMMA = 0x9E3779B97F4A7C15
-_MULTIPLY_1 = 0xBF58476D1CE4E5B9
-_MULTIPLY_2 = 0x94D049BB133111EB
-_UINT64 = 2**64
-# fmix32's (MurmurHash3), for the device's per-unit hash, and the 32-bit golden ratio gamma
 _GAMMA_32 = 0x9E3779B9
-_FMIX_1 = 0x85EBCA6B
-_FMIX_2 = 0xC2B2AE35
+_UINT64 = 2**64
 _KEEP_BITS = 16  # the hash's top bits compared with the drop probability
 _SIGN_BIT = -(2**31)  # as an int32
 
@@ -52,28 +52,27 @@ def _signed(value: int) -> int:
     return value - 2**32 if value >= 2**31 else value
 
 
-def mix_host(values: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on ``uint64`` arrays (wrapping arithmetic)."""
-    z = values.astype(np.uint64, copy=True)
+def _finalise_host(values: np.ndarray, dtype: type, finaliser: tuple) -> np.ndarray:
+    """``finaliser`` on ``values`` as unsigned ``dtype`` integers (wrapping arithmetic)."""
+    shift_1, multiplier_1, shift_2, multiplier_2, shift_3 = (dtype(c) for c in finaliser)
+    z = values.astype(dtype, copy=True)
     with np.errstate(over="ignore"):
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(_MULTIPLY_1)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(_MULTIPLY_2)
-        z ^= z >> np.uint64(31)
+        z ^= z >> shift_1
+        z *= multiplier_1
+        z ^= z >> shift_2
+        z *= multiplier_2
+        z ^= z >> shift_3
     return z
+
+
+def mix_host(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on ``uint64`` arrays."""
+    return _finalise_host(values, np.uint64, _SPLITMIX64)
 
 
 def mix32_host(values: np.ndarray) -> np.ndarray:
-    """fmix32 on ``uint32`` arrays (wrapping arithmetic)."""
-    z = values.astype(np.uint32, copy=True)
-    with np.errstate(over="ignore"):
-        z ^= z >> np.uint32(16)
-        z *= np.uint32(_FMIX_1)
-        z ^= z >> np.uint32(13)
-        z *= np.uint32(_FMIX_2)
-        z ^= z >> np.uint32(16)
-    return z
+    """fmix32 on ``uint32`` arrays."""
+    return _finalise_host(values, np.uint32, _FMIX32)
 
 
 def _top_32_bits(values: np.ndarray) -> np.ndarray:
@@ -88,13 +87,21 @@ def _shift_right(z: Tensor, bits: int) -> Tensor:
     return shifted
 
 
+def _fmix32_until_last_xorshift(keys: Tensor) -> Tensor:
+    """fmix32 on int32 ``keys`` without its last xorshift, in a new tensor (``keys`` is left as
+    it was; int32 products wrap as uint32's do)."""
+    shift_1, multiplier_1, shift_2, multiplier_2, _ = _FMIX32
+    z = keys ^ _shift_right(keys, shift_1)
+    z *= _signed(multiplier_1)
+    z ^= _shift_right(z, shift_2)
+    z *= _signed(multiplier_2)
+    return z
+
+
 def mix32(z: Tensor) -> Tensor:
-    """:func:`mix32_host` on int32 tensors, bit for bit (int32 products wrap as uint32's do)."""
-    z = z ^ _shift_right(z, 16)
-    z = z * _signed(_FMIX_1)
-    z = z ^ _shift_right(z, 13)
-    z = z * _signed(_FMIX_2)
-    return z ^ _shift_right(z, 16)
+    """:func:`mix32_host` on int32 tensors, bit for bit."""
+    z = _fmix32_until_last_xorshift(z)
+    return z ^ _shift_right(z, _FMIX32[-1])
 
 
 def step_key(seed: int, step: int) -> int:
@@ -137,10 +144,7 @@ def keep_mask(keys: Tensor, p: float) -> Tensor:
     fmix32's last xorshift (``z ^ z >>> 16``) leaves the top 16 bits of ``z`` as they are, so
     they are read before it; and they reach the threshold when ``z`` does ``threshold << 16``
     as unsigned integers, which is a signed comparison once both have their sign bit flipped."""
-    z = keys ^ _shift_right(keys, 16)  # a new tensor: ``keys`` is left as it was
-    z *= _signed(_FMIX_1)
-    z ^= _shift_right(z, 13)
-    z *= _signed(_FMIX_2)
+    z = _fmix32_until_last_xorshift(keys)
     z ^= _SIGN_BIT
     threshold = round(p * 2**_KEEP_BITS) << (32 - _KEEP_BITS)
     return z >= threshold - 2**31  # threshold ^ _SIGN_BIT, as an int32
