@@ -56,21 +56,24 @@ def test_cross_attention_weights_times_values_equal_the_sdpa_output():
     x, _ = _inputs(length=5, seed=1)
     memory, memory_padding = _inputs(length=7, seed=2)
     memory_layout = TokenLayout(memory_padding)
+    queries = TokenLayout.dense(2, 5, "cpu")
     with torch.no_grad():
-        weights = module.attention_weights(x, None, memory_layout.unpad(memory), memory_layout)
+        weights = module.attention_weights(queries.unpad(x), queries, memory_layout.unpad(memory),
+                                           memory_layout)
         v = module.kv(memory).split(module.kv_sizes, dim=-1)[1]
         v = v.view(2, 7, HEADS, D_V).transpose(1, 2)
-        expected = module(x, None, memory_layout.unpad(memory), memory_layout)
+        expected = module(queries.unpad(x), queries, memory_layout.unpad(memory), memory_layout)
     assert weights.shape == (2, HEADS, 5, 7) and (weights[1, :, :, -3:] == 0).all()
-    assert torch.allclose(_merge_heads(module, weights, v), expected, atol=1e-6)
+    assert torch.allclose(queries.unpad(_merge_heads(module, weights, v)), expected, atol=1e-6)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_keys_outside_the_radius_get_zero_weight(causal):
     radius, length = 2, 9
     module, (x, _) = _self_attention(radius), _inputs(length=length)
+    layout = TokenLayout.dense(2, length, "cpu")
     with torch.no_grad():
-        weights = module.attention_weights(x, causal=causal)
+        weights = module.attention_weights(layout.unpad(x), layout, causal=causal)
     i, j = torch.meshgrid(torch.arange(length), torch.arange(length), indexing="ij")
     outside = ((i - j).abs() > radius) | ((j > i) if causal
                                           else torch.zeros_like(i, dtype=torch.bool))
@@ -140,26 +143,32 @@ def test_model_attention_maps_reproduce_the_models_own_output():
     assert [m.shape for m in maps["encoder_self"]] == [(2, HEADS, 6, 6)] * 2
     assert [m.shape for m in maps["decoder_self"]] == [(2, HEADS, 5, 5)] * 2
     assert [m.shape for m in maps["cross"]] == [(2, HEADS, 5, 6)] * 2
+    # Every position computed as a token (padding too, which the masks hide from real ones).
+    sources, targets = TokenLayout.dense(2, 6, "cpu"), TokenLayout.dense(2, 5, "cpu")
     with torch.no_grad():
-        memory = model._embed(source)
+        memory = model._embed(source, sources)
         for layer, weights in zip(model.encoder, maps["encoder_self"], strict=True):
             attention = layer.attention
             v = attention.qkv(memory).split(attention.sizes, dim=-1)[2]
             v = v.view(2, 6, HEADS, D_V).transpose(1, 2)
-            memory = layer.attention_residual(memory, _merge_heads(attention, weights, v))
-            memory = layer.feed_forward_residual(memory, layer.feed_forward(memory))
+            merged = sources.unpad(_merge_heads(attention, weights, v))
+            memory = layer.attention_residual(memory, merged, sources)
+            memory = layer.feed_forward_residual(memory, layer.feed_forward(memory), sources)
+        memory = sources.pad(memory)
         real = source.ne(0)  # the model computes no values at padding (zeros there)
         assert torch.allclose(memory[real], model.encode(source).memory[real], atol=1e-5)
-        y = model._embed(target)
+        y = model._embed(target, targets)
         for index, layer in enumerate(model.decoder):
             attention = layer.self_attention
             v = attention.qkv(y).split(attention.sizes, dim=-1)[2]
             v = v.view(2, 5, HEADS, D_V).transpose(1, 2)
-            merged = _merge_heads(attention, maps["decoder_self"][index], v)
-            y = layer.self_attention_residual(y, merged)
+            merged = targets.unpad(_merge_heads(attention, maps["decoder_self"][index], v))
+            y = layer.self_attention_residual(y, merged, targets)
             cross = layer.cross_attention
             v = cross.kv(memory).split(cross.kv_sizes, dim=-1)[1]
             v = v.view(2, 6, HEADS, D_V).transpose(1, 2)
-            y = layer.cross_attention_residual(y, _merge_heads(cross, maps["cross"][index], v))
-            y = layer.feed_forward_residual(y, layer.feed_forward(y))
+            merged = targets.unpad(_merge_heads(cross, maps["cross"][index], v))
+            y = layer.cross_attention_residual(y, merged, targets)
+            y = layer.feed_forward_residual(y, layer.feed_forward(y), targets)
+        y = targets.pad(y)
         assert torch.allclose(y, model.decoder_states(target, model.encode(source)), atol=1e-5)

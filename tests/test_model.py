@@ -8,6 +8,7 @@ import torch
 from reproduce.config import ModelConfig
 from reproduce.model.parameter_count import analytic_parameter_count
 from reproduce.model.positional import sinusoidal_table
+from reproduce.model.token_layout import TokenLayout
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, EOS, PAD
 
@@ -115,7 +116,7 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
     model = tiny_model()
     token = torch.tensor([[EOS]])
     expected = model.embedding.weight[EOS] * math.sqrt(32) + sinusoidal_table(1, 32)[0]
-    assert torch.allclose(model._embed(token)[0, 0], expected, atol=1e-6)
+    assert torch.allclose(model._embed(token, TokenLayout.of(token))[0], expected, atol=1e-6)
 
 
 def test_every_linear_layer_has_xavier_uniform_weights_and_zero_biases():

@@ -135,7 +135,8 @@ class _Search:
                                                                    NEGATIVE_INFINITY)
         self.alive_tokens = extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, step + 1))
         row_offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)
-        self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1))
+        self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1),
+                           within_sentences=True)
 
         # Early termination: no live hypothesis can beat the best finished one any more.
         bound = self.alive_scores.max(dim=1).values / self.lp_at_limit

@@ -10,10 +10,10 @@ self-attention, K and V together for encoder-decoder attention. The attention pr
 :mod:`reproduce.model.packed_attention`'s (varlen flash over packed tokens, or SDPA on a padded
 batch with its kernels chosen there).
 
-Inputs come in one of two forms: ``[N, d_model]``, the tokens of a :class:`TokenLayout` (training,
-perplexity and encoding: projections then skip padding; the attention product runs on the packed
-tokens where the layout's ``varlen`` asks, else on the padded batch), or ``[B, T, d_model]``
-with every position a token (incremental decoding, and a module used on its own).
+Inputs and outputs are always ``[N, d_model]``, the tokens of a :class:`TokenLayout`: projections
+skip padding, and the attention product runs on the packed tokens where the layout's ``varlen``
+asks, else on the padded batch. Incremental decoding is the same form, its new positions a
+layout without padding (:meth:`TokenLayout.dense`), their keys and values appended to a cache.
 
 Two additions beyond the base model:
 
@@ -76,12 +76,11 @@ class _HeadsAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, size).transpose(1, 2)
 
-    def _packs(self, layout: TokenLayout | None) -> bool:
+    def _packs(self, layout: TokenLayout) -> bool:
         """Whether a whole-sequence pass over ``layout`` runs on packed tokens (its ``varlen``
         asks so), rather than on the padded batch: not where attention dropout or a band needs
         the weights or masks of the padded form."""
-        return (layout is not None and layout.varlen and not self.dropout.active()
-                and self.radius is None)
+        return layout.varlen and not self.dropout.active() and self.radius is None
 
     def _packed_heads(self, projected: Tensor, size: int) -> Tensor:  # [N, h*size] -> [N, h, size]
         return projected.view(projected.size(0), self.heads, size)
@@ -89,25 +88,20 @@ class _HeadsAttention(nn.Module):
     def _output_packed(self, context: Tensor) -> Tensor:  # [N, h, d_v] -> [N, d_model]
         return self.output(context.reshape(context.size(0), self.heads * self.d_v))
 
-    def _batched(self, projected: Tensor, layout: TokenLayout | None) -> Tensor:
-        """A projection ``[N, ...]`` of a layout's tokens as ``[B, T, ...]`` (as is without one)."""
-        return projected if layout is None else layout.pad(projected)
-
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
-                layout: TokenLayout | None) -> Tensor:
+                layout: TokenLayout) -> Tensor:
         """Attention of all heads, merged and projected by W^O: ``[N, d_model]`` at the query
-        layout's tokens, or ``[B, Tq, d_model]`` without a layout."""
+        layout's tokens."""
         # q [B, h, Tq, d_k], k [B, h, Tk, d_k], v [B, h, Tk, d_v]; mask True = may attend
         if self.dropout.active():
-            query_noise = None if layout is None else layout.batch_noise()  # [B, Tq]
-            context = self.dropout(self._weights(q, k, mask, causal), query_noise) @ v
+            context = self.dropout(self._weights(q, k, mask, causal), layout.batch_noise()) @ v
         else:
             with sdpa_kernel(PADDED_KERNELS):
                 context = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, is_causal=causal)  # [B, h, Tq, d_v]
         batch, _, length, _ = context.shape
         merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v)
-        return self.output(merged if layout is None else layout.unpad(merged))
+        return self.output(layout.unpad(merged))
 
     def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """softmax(Q K^T / sqrt(d_k)) under the same masks as ``_attend``: ``[B, h, Tq, Tk]``."""
@@ -135,8 +129,8 @@ class SelfAttention(_HeadsAttention):
 
     def forward(
         self,
-        x: Tensor,  # [N, d_model] at the layout's tokens, or [B, T, d_model] without a layout
-        layout: TokenLayout | None = None,
+        x: Tensor,  # [N, d_model] at the layout's tokens
+        layout: TokenLayout,
         causal: bool = False,
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
@@ -153,8 +147,8 @@ class SelfAttention(_HeadsAttention):
         if cache is None:
             return self._attend(q, k, v, *self._whole_sequence_masks(layout, causal, q.size(2)),
                                 layout)
-        # Incremental decoding (no layout): the new positions attend to every cached one and to
-        # themselves.
+        # Incremental decoding (a dense layout of the new positions): they attend to every
+        # cached one and to themselves.
         previous = 0
         if "keys" in cache:
             previous = cache["keys"].size(2)
@@ -165,18 +159,18 @@ class SelfAttention(_HeadsAttention):
         if causal and new > 1:
             mask = torch.ones(new, previous + new, dtype=torch.bool, device=x.device).tril(previous)
         mask, _ = self._restrict(mask, causal, new, previous + new, offset=previous)
-        return self._attend(q, k, v, mask, causal=False, layout=None)
+        return self._attend(q, k, v, mask, causal=False, layout=layout)
 
-    def _heads(self, x: Tensor, layout: TokenLayout | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _heads(self, x: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K and V of every head: ``[B, h, T, d_k]`` twice and ``[B, h, T, d_v]``."""
-        q, k, v = self._batched(self.qkv(x), layout).split(self.sizes, dim=-1)
+        q, k, v = layout.pad(self.qkv(x)).split(self.sizes, dim=-1)
         return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
 
-    def _whole_sequence_masks(self, layout: TokenLayout | None, causal: bool,
+    def _whole_sequence_masks(self, layout: TokenLayout, causal: bool,
                               length: int) -> tuple[Tensor | None, bool]:
         """The mask and causal flag of a pass over whole sequences (no cache): keys at padding
-        masked unless ``causal``, plus the band of restricted self-attention."""
-        key_padding = None if layout is None or causal else layout.padding
+        masked unless ``causal`` (or there are none), plus the band of restricted self-attention."""
+        key_padding = None if causal or layout.is_dense else layout.padding
         mask = None if key_padding is None else ~key_padding[:, None, None, :]
         return self._restrict(mask, causal, length, length, 0, key_padding)
 
@@ -195,8 +189,7 @@ class SelfAttention(_HeadsAttention):
             return band & (~key_padding[:, None, None, :] | key_padding[:, None, :, None]), False
         return (band if mask is None else mask & band), False
 
-    def attention_weights(self, x: Tensor, layout: TokenLayout | None = None,
-                          causal: bool = False) -> Tensor:
+    def attention_weights(self, x: Tensor, layout: TokenLayout, causal: bool = False) -> Tensor:
         """The weights ``forward`` applies to V, ``[B, h, T, T]`` (inspection only)."""
         q, k, _ = self._heads(x, layout)
         return self._weights(q, k, *self._whole_sequence_masks(layout, causal, q.size(2)))
@@ -217,8 +210,8 @@ class CrossAttention(_HeadsAttention):
 
     def forward(
         self,
-        x: Tensor,  # [N, d_model] at the layout's tokens, or [B, T, d_model] without a layout
-        layout: TokenLayout | None,
+        x: Tensor,  # [N, d_model] at the layout's tokens
+        layout: TokenLayout,
         memory: Tensor,  # [M, d_model]: the encoder's output at the source tokens
         memory_layout: TokenLayout,  # where those M tokens are in the [B, S] source batch
         cache: dict[str, Tensor] | None = None,
@@ -230,7 +223,7 @@ class CrossAttention(_HeadsAttention):
                                     self._packed_heads(v, self.d_v), layout, memory_layout, False,
                                     varlen=True)
             return self._output_packed(context)
-        q = self._split(self._batched(self.query(x), layout), self.d_k)
+        q = self._split(layout.pad(self.query(x)), self.d_k)
         if cache is not None and "keys" in cache:
             k, v = cache["keys"], cache["values"]  # computed once per sentence
         else:
@@ -244,9 +237,9 @@ class CrossAttention(_HeadsAttention):
         k, v = memory_layout.pad(self.kv(memory)).split(self.kv_sizes, dim=-1)
         return self._split(k, self.d_k), self._split(v, self.d_v)
 
-    def attention_weights(self, x: Tensor, layout: TokenLayout | None, memory: Tensor,
+    def attention_weights(self, x: Tensor, layout: TokenLayout, memory: Tensor,
                           memory_layout: TokenLayout) -> Tensor:
         """The weights ``forward`` applies to V, ``[B, h, T, S]`` (inspection only)."""
-        q = self._split(self._batched(self.query(x), layout), self.d_k)
+        q = self._split(layout.pad(self.query(x)), self.d_k)
         k, _ = self._memory_heads(memory, memory_layout)
         return self._weights(q, k, ~memory_layout.padding[:, None, None, :], causal=False)

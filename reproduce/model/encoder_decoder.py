@@ -22,20 +22,30 @@ from reproduce.config import ModelConfig
 from reproduce.model.token_layout import TokenLayout
 
 
+class SourceState(dict):
+    """Cached tensors computed from the source sentence alone (the encoder-decoder attention's
+    keys and values): the same in every hypothesis of a sentence."""
+
+
 @dataclass
 class DecoderCache:
     """The decoded prefix's state per decoder layer (incremental decoding): the keys and values
-    of the Transformer's attentions, or the recurrent decoder's LSTM states."""
+    of the Transformer's attentions, or the recurrent decoder's LSTM states; each layer's entry
+    maps a part's name to its tensors."""
 
-    layers: list[dict] = field(default_factory=list)
+    layers: list[dict[str, dict[str, Tensor]]] = field(default_factory=list)
     length: int = 0  # positions decoded so far
 
-    def reorder(self, indices: Tensor) -> None:
-        """Keep rows ``indices`` of every cached tensor (beam search's surviving hypotheses)."""
+    def reorder(self, indices: Tensor, within_sentences: bool = False) -> None:
+        """Keep rows ``indices`` of every cached tensor: the sentences still searching, or
+        beam search's surviving hypotheses, whose rows come from rows of their own sentence
+        (``within_sentences``), so that a :class:`SourceState` stays as it is."""
         for layer in self.layers:
-            for attention in layer.values():
-                for name, tensor in attention.items():
-                    attention[name] = tensor.index_select(0, indices)
+            for part in layer.values():
+                if within_sentences and isinstance(part, SourceState):
+                    continue
+                for name, tensor in part.items():
+                    part[name] = tensor.index_select(0, indices)
 
 
 class EncodedSource(Protocol):

@@ -37,7 +37,7 @@ def attention_maps(model: Transformer, source: Tensor,
         maps["decoder_self"].append(layer.self_attention.attention_weights(y, target_layout,
                                                                            causal=True))
         attended = layer.self_attention(y, target_layout, causal=True)
-        after_self = layer.self_attention_residual(y, attended)
+        after_self = layer.self_attention_residual(y, attended, target_layout)
         maps["cross"].append(layer.cross_attention.attention_weights(after_self, target_layout,
                                                                      memory, source_layout))
         y = layer(y, target_layout, memory, source_layout)

@@ -2,8 +2,8 @@
 
     LayerNorm(x + Dropout(Sublayer(x)))      (post-layer-norm residual connection)
 
-``x`` is ``[N, d_model]``, the tokens of a :class:`TokenLayout` (padding is never computed), or
-``[B, T, d_model]`` without a layout (incremental decoding).
+``x`` is ``[N, d_model]``, the tokens of a :class:`TokenLayout` (padding is never computed), in
+training, encoding and incremental decoding alike.
 """
 
 from __future__ import annotations
@@ -13,23 +13,22 @@ from torch import Tensor, nn
 from reproduce.config import ModelConfig
 from reproduce.model.attention import CrossAttention, SelfAttention
 from reproduce.model.dropout import TokenDropout
+from reproduce.model.encoder_decoder import SourceState
 from reproduce.model.feed_forward import PositionwiseFeedForward
 from reproduce.model.token_layout import TokenLayout
 
 
 class Residual(nn.Module):
     """Dropout on a sub-layer's output, residual add, then layer normalisation; the dropout noise
-    is keyed by the layout's tokens (none without a layout: incremental decoding, no dropout)."""
+    is keyed by the layout's tokens (:mod:`reproduce.model.dropout`)."""
 
     def __init__(self, d_model: int, dropout: float):
         super().__init__()
         self.dropout = TokenDropout(dropout, d_model)
         self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor, sublayer_output: Tensor,
-                layout: TokenLayout | None = None) -> Tensor:
-        noise = None if layout is None else layout.noise
-        return self.norm(x + self.dropout(sublayer_output, noise))
+    def forward(self, x: Tensor, sublayer_output: Tensor, layout: TokenLayout) -> Tensor:
+        return self.norm(x + self.dropout(sublayer_output, layout.noise))
 
 
 class EncoderLayer(nn.Module):
@@ -65,14 +64,14 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self,
-        x: Tensor,  # [N, d] at the layout's tokens, or [B, T, d] without a layout
-        layout: TokenLayout | None,
+        x: Tensor,  # [N, d] at the layout's tokens
+        layout: TokenLayout,
         memory: Tensor,  # [M, d]: the encoder's output at the source tokens
         memory_layout: TokenLayout,
         cache: dict[str, dict[str, Tensor]] | None = None,
     ) -> Tensor:
         self_cache = None if cache is None else cache.setdefault("self", {})
-        cross_cache = None if cache is None else cache.setdefault("cross", {})
+        cross_cache = None if cache is None else cache.setdefault("cross", SourceState())
         x = self.self_attention_residual(
             x, self.self_attention(x, layout, causal=True, cache=self_cache), layout
         )

@@ -32,8 +32,18 @@ class TokenLayout:
         self.padding = padding  # [B, T], True at PAD
         self.noise = noise  # [N] int32: the tokens' dropout keys (training), or None
         self.varlen = varlen  # attention over these tokens asks for the varlen kernel
+        self.is_dense = False  # no padding at all (:meth:`dense`)
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
+
+    @classmethod
+    def dense(cls, batch: int, length: int, device: torch.device | str) -> "TokenLayout":
+        """A ``[batch, length]`` batch without padding (incremental decoding's new positions):
+        its tokens are the batch, flattened, so padding and unpadding are reshapes."""
+        layout = cls(torch.zeros(batch, length, dtype=torch.bool, device=device),
+                     torch.arange(batch * length, device=device))
+        layout.is_dense = True
+        return layout
 
     @classmethod
     def of(cls, tokens: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
@@ -64,11 +74,15 @@ class TokenLayout:
 
     def unpad(self, batch: Tensor) -> Tensor:
         """``[B, T, ...]`` -> ``[N, ...]``: the values at the tokens."""
+        if self.is_dense:
+            return batch.reshape(-1, *batch.shape[2:])
         return batch.reshape(-1, *batch.shape[2:]).index_select(0, self.index)
 
     def pad(self, tokens: Tensor) -> Tensor:
         """``[N, ...]`` -> ``[B, T, ...]``: the tokens' values in place, zeros at padding."""
         batch, length = self.padding.shape
+        if self.is_dense:
+            return tokens.view(batch, length, *tokens.shape[1:])
         flat = tokens.new_zeros(batch * length, *tokens.shape[1:])
         flat.index_copy_(0, self.index, tokens)  # in place: its out-of-place twin copies the zeros
         return flat.view(batch, length, *tokens.shape[1:])

@@ -6,9 +6,9 @@ dropout is applied to the sum (section 5.4), with noise keyed by the tokens
 (:mod:`reproduce.model.dropout`). Initialisation (not stated in the paper): the shared
 embedding ~ N(0, d_model^-0.5) as in tensor2tensor, Xavier-uniform linear weights, zero biases.
 
-The encoder and the teacher-forced decoder compute on the batch's tokens only
-(:mod:`reproduce.model.token_layout`); incremental decoding, one position per sentence and step,
-has no padding to skip and keeps the ``[B, T, d_model]`` form.
+Every layer computes on the batch's tokens only, ``[N, d_model]``
+(:mod:`reproduce.model.token_layout`); incremental decoding's new positions, one per hypothesis
+and step, are a layout without padding.
 """
 
 from __future__ import annotations
@@ -59,16 +59,12 @@ class Transformer(EncoderDecoder):
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         number_sites(self)
 
-    def _embed(self, tokens: Tensor, layout: TokenLayout | None = None, offset: int = 0) -> Tensor:
-        """Scaled embeddings plus positions of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's
-        tokens, or ``[B, T, d]`` (positions from ``offset``) without a layout."""
-        positions = self.positions(tokens.size(1), offset)  # [T, d]
-        noise = None
-        if layout is not None:
-            tokens, positions = layout.unpad(tokens), positions[layout.positions()]
-            noise = layout.noise
-        scaled = self.embedding(tokens) * math.sqrt(self.config.d_model)
-        return self.embedding_dropout(scaled + positions, noise)
+    def _embed(self, tokens: Tensor, layout: TokenLayout, offset: int = 0) -> Tensor:
+        """Scaled embeddings plus positions (from ``offset``) of ``tokens`` ``[B, T]``: ``[N, d]``
+        at the layout's tokens."""
+        positions = self.positions(tokens.size(1), offset)[layout.positions()]  # [N, d]
+        scaled = self.embedding(layout.unpad(tokens)) * math.sqrt(self.config.d_model)
+        return self.embedding_dropout(scaled + positions, layout.noise)
 
     def encode(self, source: Tensor, layout: TokenLayout | None = None) -> EncoderOutput:
         """``source`` ``[B, S]``, right-padded; ``layout`` its :class:`TokenLayout` if known."""
@@ -88,11 +84,12 @@ class Transformer(EncoderDecoder):
             return layout.pad(self.target_token_states(target_input, encoded, layout))
         if not cache.layers:
             cache.layers = [{} for _ in self.decoder]
-        x = self._embed(target_input, offset=cache.length)
+        layout = TokenLayout.dense(*target_input.shape, device=target_input.device)
+        x = self._embed(target_input, layout, offset=cache.length)
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
-            x = layer(x, None, encoded.tokens, encoded.layout, layer_cache)
+            x = layer(x, layout, encoded.tokens, encoded.layout, layer_cache)
         cache.length += target_input.size(1)
-        return x
+        return layout.pad(x)
 
     def target_token_states(self, target_input: Tensor, encoded: EncoderOutput,
                             layout: TokenLayout) -> Tensor:

@@ -30,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from reproduce.files import write_text_whole
 from reproduce.model.attention import SelfAttention
+from reproduce.model.token_layout import TokenLayout
 from reproduce.tables.plots import save_figure, table1_figure
 
 ANALYTIC = pd.DataFrame(
@@ -54,6 +55,19 @@ _CPU_SDPA = {
 }
 
 
+class OneSentence(nn.Module):
+    """This package's attention, which takes a layout's tokens ``[N, d]``, on one unpadded
+    sentence ``[1, n, d]`` as the torch layers take it."""
+
+    def __init__(self, attention: SelfAttention):
+        super().__init__()
+        self.attention = attention
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layout = TokenLayout.dense(x.size(0), x.size(1), x.device)
+        return layout.pad(self.attention(layout.unpad(x), layout))
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     name: str
@@ -69,14 +83,15 @@ def layer_specs(d: int, kernel: int, radius: int) -> list[LayerSpec]:
     heads, head_dim = HEADS, d // HEADS
     return [
         LayerSpec("Self-Attention",
-                  lambda: SelfAttention(d, heads, head_dim, head_dim, dropout=0.0),
+                  lambda: OneSentence(SelfAttention(d, heads, head_dim, head_dim, dropout=0.0)),
                   lambda n: 8 * n * d * d + 4 * n * n * d),
         LayerSpec("Recurrent", lambda: nn.RNN(d, d, batch_first=True),
                   lambda n: 4 * n * d * d),
         LayerSpec("Convolutional", lambda: nn.Conv1d(d, d, kernel, padding=kernel // 2),
                   lambda n: 2 * kernel * n * d * d, prepare=lambda x: x.transpose(1, 2)),
         LayerSpec("Self-Attention (restricted)",
-                  lambda: SelfAttention(d, heads, head_dim, head_dim, dropout=0.0, radius=radius),
+                  lambda: OneSentence(SelfAttention(d, heads, head_dim, head_dim, dropout=0.0,
+                                                    radius=radius)),
                   lambda n: 8 * n * d * d + 4 * band_entries(n, radius) * d),
     ]
 
