@@ -24,9 +24,10 @@ sentences/s and generated tokens/s (each hypothesis' tokens and its EOS), e.g.
 
     H100 base (beam 4, alpha 0.6, 3003 sentences, worst lengths): 41.0 sentences/s, 3,200 gen...
 
-(``generated tok/s`` at its end). ``--check-every``, ``--sentences-per-batch`` and
-``--tokens-per-batch`` replace the ``decoding`` settings ``check_every``,
-``max_sentences_per_batch`` and ``max_tokens_per_batch`` of the config, and the headline names
+(``generated tok/s`` at its end). ``--check-every``, ``--sentences-per-batch``,
+``--tokens-per-batch``, ``--cuda-graphs`` and ``--precision`` replace the ``decoding`` settings
+``check_every``, ``max_sentences_per_batch``, ``max_tokens_per_batch``, ``cuda_graphs`` and
+``precision`` of the config, and the headline names
 each one replaced (``..., trained lengths, check_every=8): ...``).
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
@@ -112,7 +113,9 @@ class EndsAtSourceLength:
                cache: DecoderCache | None = None) -> torch.Tensor:
         logits = self.model.decode(target_input, encoded.encoded, cache)
         last = logits[:, -1]
-        generated = cache.length  # the token these logits choose is the hypothesis' generated-th
+        # the token these logits choose is the hypothesis' generated-th (counted on the device
+        # where a captured step reads it)
+        generated = cache.length if cache.position is None else cache.position
         raised = last.max(dim=-1).values + EOS_MARGIN
         last[:, EOS] = torch.where(encoded.lengths.le(generated), raised, last[:, EOS])
         return logits
@@ -140,6 +143,8 @@ def main() -> None:
                         help="decoding.max_sentences_per_batch (default: the config's)")
     parser.add_argument("--tokens-per-batch", type=int,
                         help="decoding.max_tokens_per_batch (default: the config's)")
+    parser.add_argument("--cuda-graphs", action="store_true", default=None,
+                        help="decoding.cuda_graphs: the decoder's steps replayed as CUDA graphs")
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                         help="decoding.precision (default: the config's)")
     parser.add_argument("--profile", action="store_true",
@@ -152,7 +157,8 @@ def main() -> None:
     config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
     replaced = {name: value for name, value in (
         ("check_every", args.check_every), ("max_sentences_per_batch", args.sentences_per_batch),
-        ("max_tokens_per_batch", args.tokens_per_batch), ("precision", args.precision))
+        ("max_tokens_per_batch", args.tokens_per_batch), ("precision", args.precision),
+        ("cuda_graphs", args.cuda_graphs))
         if value is not None}
     decoding = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

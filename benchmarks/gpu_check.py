@@ -108,6 +108,9 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                 _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--profile"], 90),
                 _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--lengths",
                                     "trained", "--check-every", "4"], 90, "trained-check4"),
+                _beam(logs, "cpu", ["--sentences", "12", "--vocab", "500", "--lengths",
+                                    "trained", "--check-every", "4", "--cuda-graphs"], 90,
+                      "trained-check4-graphs"),
                 _loss_memory(logs, "loss memory, fused vs unfused",
                              ["--tokens", "64", "--vocab", "500", "--d-model", "16", "--repeats",
                               "1"]),
@@ -136,6 +139,12 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _beam(logs, "base", ["--lengths", "trained", "--check-every", "8",
                                  "--sentences-per-batch", "256"], 60, "trained-check8-256"),
             _beam(logs, "base", ["--precision", "bf16"], 90, "bf16"),
+            # The decoder's steps replayed as CUDA graphs (decoding.cuda_graphs).
+            _beam(logs, "base", ["--check-every", "8", "--cuda-graphs"], 90, "check8-graphs"),
+            _beam(logs, "big", ["--check-every", "8", "--cuda-graphs"], 120, "check8-graphs"),
+            _beam(logs, "base", ["--lengths", "trained", "--check-every", "8", "--cuda-graphs",
+                                 "--sentences-per-batch", "256", "--profile"], 60,
+                  "trained-check8-256-graphs"),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",
                          ["--bf16", "--compile"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its

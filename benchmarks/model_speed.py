@@ -31,6 +31,7 @@ from torch import nn
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import beam_search
 from reproduce.model.flops import TransformerFlops, peak_flops
+from reproduce.model.key_values import CachedTensors
 from reproduce.model.transformer import DecoderCache, EncoderOutput, Transformer
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.batching import pack_batches
@@ -98,7 +99,7 @@ class PrefixRecomputingDecoder:
 
     def decode(self, new_tokens, encoded: EncoderOutput, cache: DecoderCache):
         if not cache.layers:
-            cache.layers = [{"prefix": {"tokens": new_tokens}}]
+            cache.layers = [{"prefix": CachedTensors(tokens=new_tokens)}]
         else:
             prefix = cache.layers[0]["prefix"]
             prefix["tokens"] = torch.cat([prefix["tokens"], new_tokens], dim=1)

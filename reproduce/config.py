@@ -523,6 +523,14 @@ class DecodingConfig(Strict):
                     "nothing until read. The translations are the same whatever the value. 1 "
                     "on every device until a GPU session measures more (BENCHMARKS.md): a CPU "
                     "does not wait on a read, and only pays for the frozen rows.")
+    cuda_graphs: bool = Field(
+        default=False,
+        description="Transformer only: run each decoder step on static shapes (keys and values "
+                    "in buffers of the batch's most positions) and, on a GPU, replay it as a "
+                    "CUDA graph recorded once per set of rows, one launch instead of ~20 a "
+                    "layer. The same translations. Off until a GPU session has run it "
+                    "(tests/test_gpu.py) and measured it; on a CPU it only costs (attention "
+                    "reads every buffered position).")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         default="fp32",
         description="The arithmetic of beam search: fp32, or the model's matrix products under "
@@ -615,6 +623,13 @@ class ResolvedVariant(Strict):
     training: TrainingConfig = Field(
         description="The base training plan with the variant's overrides, and one seed.")
     decoding: DecodingConfig = Field(description="The base decoding with the variant's overrides.")
+
+    @model_validator(mode="after")
+    def _decoding_the_model_can_run(self) -> "ResolvedVariant":
+        if self.decoding.cuda_graphs and self.model.architecture != "transformer":
+            raise ConfigError(f"variants.{self.name}.decoding.cuda_graphs: the recurrent "
+                              "baseline's decoder has no static shapes to replay; set it to false")
+        return self
 
 
 class TablesConfig(Strict):

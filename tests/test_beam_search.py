@@ -9,6 +9,7 @@ from torch import Tensor
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, _Search,
                                             beam_search, length_penalty)
+from reproduce.errors import ConfigError
 from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.model.encoder_decoder import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
@@ -25,7 +26,8 @@ def greedy_search(model: Seq2Seq, source: Tensor, max_length_offset: int = 50) -
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     cache = DecoderCache()
     for step in range(1, int(max_lengths.max()) + 1):
-        log_probs = _next_token_log_probs(model, tokens[:, -1], encoded, cache, step, max_lengths)
+        logits = model.decode(tokens[:, -1:], encoded, cache)[:, -1]
+        log_probs = _next_token_log_probs(logits, step, max_lengths)
         chosen = log_probs.argmax(dim=-1).masked_fill(ended, PAD)
         tokens = torch.cat([tokens, chosen.unsqueeze(1)], dim=1)
         ended |= chosen.eq(EOS)
@@ -195,11 +197,11 @@ def test_a_sentence_done_between_reads_keeps_its_finished_hypotheses(architectur
 
     def searched(freezes: bool) -> tuple[_Search, Tensor, Tensor]:
         search = _Search(model, source, 4, 0.6, 6, freezes=freezes)
-        search.advance(model, 1)
+        search.advance(1)
         search.done[0] = True
         after_one = search.finished_scores.clone(), search.finished_tokens.clone()
         for step in range(2, 8):
-            search.advance(model, step)
+            search.advance(step)
         return search, *after_one
 
     frozen, scores, tokens = searched(freezes=True)
@@ -252,3 +254,30 @@ def test_the_search_reads_the_device_once_every_check_every_steps(monkeypatch):
         checks = -(-len(steps) // check_every)
         others.add(reads.count - checks)
     assert len(others) == 1 and others.pop() <= 4
+
+
+@pytest.mark.parametrize(("seed", "overrides"), [
+    (0, {}), (1, {}), (2, {"attention_radius": 2}),
+    (3, {"positional": "learned", "max_positions": 16}),
+])
+def test_static_shapes_give_the_same_translations(seed, overrides):
+    """``cuda_graphs``' static cache (keys and values in buffers of the batch's most positions,
+    the next position read from the device, stale positions masked), run eagerly on the CPU: the
+    same translations as the growing cache, as sentences leave the batch at many steps."""
+    torch.manual_seed(seed)
+    config = ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0,
+                         **overrides)
+    model = build_model(config, VOCAB).eval()
+    with torch.no_grad():
+        model.embedding.weight.mul_(4.0)
+    batch = random_batch(seed, 16)
+    for check_every in (1, 4):
+        growing = beam_search(model, batch, 4, 0.6, 6, check_every=check_every)
+        assert beam_search(model, batch, 4, 0.6, 6, check_every=check_every,
+                           cuda_graphs=True) == growing
+
+
+def test_static_shapes_are_refused_for_the_recurrent_baseline():
+    """Its LSTM states are new tensors every step, which a replayed graph would not read."""
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        beam_search(peaky_model(0, "rnn"), random_batch(0, 2), cuda_graphs=True)

@@ -312,3 +312,12 @@ def test_a_list_of_seeds_resolves_to_one_training_per_seed_each_with_one_seed():
     with pytest.raises(ConfigError, match=r"variants\.rnn\.training\.seed: 2 is not one of the "
                                           r"variant's seeds \(1\)"):
         experiment.variant("rnn", 2)
+
+
+def test_static_shape_decoding_is_refused_for_the_rnn_naming_the_variant(tmp_path):
+    path = _write_tiny_with(
+        tmp_path, lambda raw: raw["variants"]["rnn"].setdefault("decoding", {}).update(
+            cuda_graphs=True))
+    with pytest.raises(ConfigError, match=r"bad\.yaml: variants\.rnn\.decoding\.cuda_graphs: "
+                                          r"the recurrent baseline's decoder has no static"):
+        load_experiment(path)

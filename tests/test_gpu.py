@@ -156,6 +156,30 @@ def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("seed", [0, 2])
+def test_decoder_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, monkeypatch):
+    """``decoding.cuda_graphs``: graphs recorded and replayed (counted), sentences leaving the
+    batch at many steps (a new graph each time), the same translations as eager steps on the
+    growing cache; fp32, and under bf16 autocast without its cache (as translate runs it)."""
+    from reproduce.decoding.decoder_step import DecoderStep
+    from tests.test_beam_search import peaky_model, random_batch
+
+    model, batch = peaky_model(seed).cuda(), random_batch(seed, 16).cuda()
+    replays = Counter()
+    record = DecoderStep._record
+    monkeypatch.setattr(DecoderStep, "_record",
+                        lambda self, *args: replays.update(["records"]) or record(self, *args))
+    for check_every in (1, 8):
+        eager = beam_search(model, batch, 4, 0.6, 6, check_every=check_every)
+        assert beam_search(model, batch, 4, 0.6, 6, check_every=check_every,
+                           cuda_graphs=True) == eager
+    assert replays["records"] > 2
+    with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+        eager = beam_search(model, batch, 4, 0.6, 6, check_every=8)
+        assert beam_search(model, batch, 4, 0.6, 6, check_every=8, cuda_graphs=True) == eager
+
+
+@pytest.mark.gpu
 def test_incremental_decoding_equals_the_full_pass_on_the_gpu():
     model = tiny_model().cuda()
     source = random_tokens(3, 7).cuda()

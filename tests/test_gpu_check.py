@@ -50,7 +50,8 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     report = (smoke_run / "gpu-report.md").read_text()
     steps = gpu_check.plan(cuda=False, logs=smoke_run / "logs")
     assert [step.name for step in steps] == ["pytest-gpu", "trainer-cpu-eager", "beam-cpu",
-                                             "beam-cpu-trained-check4", "loss-memory",
+                                             "beam-cpu-trained-check4",
+                                             "beam-cpu-trained-check4-graphs", "loss-memory",
                                              "varlen-attention", "trainer-cpu-eager-varlen"]
     assert "* mode: cpu smoke" in report and "## Headlines (for BENCHMARKS.md)" in report
     for step in steps:

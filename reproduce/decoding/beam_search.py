@@ -31,10 +31,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from reproduce.decoding.decoder_step import DecoderStep
+from reproduce.errors import ConfigError
 from reproduce.model.encoder_decoder import DecoderCache, TranslationModel
 from reproduce.special_tokens import BOS, EOS, PAD
 
 NEGATIVE_INFINITY = float("-inf")
+CUDA_GRAPHS_NEED_A_TRANSFORMER = (
+    "decoding.cuda_graphs runs the Transformer's decoder on static shapes; the recurrent "
+    "baseline's states are replaced at every step: set it to false for architecture rnn")
 
 
 def length_penalty(length: Tensor | float, alpha: float) -> Tensor | float:
@@ -50,13 +55,10 @@ def _max_output_lengths(source: Tensor, max_length_offset: int,
     return lengths if position_limit is None else lengths.clamp(max=position_limit)
 
 
-def _next_token_log_probs(
-    model: TranslationModel, last_tokens: Tensor, encoded, cache: DecoderCache, step: int,
-    max_lengths: Tensor,
-) -> Tensor:
-    """log p(next token) ``[rows, V]``: PAD and BOS never generated, EOS forced at max length."""
-    logits = model.decode(last_tokens.unsqueeze(1), encoded, cache)[:, -1].float()
-    log_probs = torch.log_softmax(logits, dim=-1)
+def _next_token_log_probs(logits: Tensor, step: int, max_lengths: Tensor) -> Tensor:
+    """log p(next token) ``[rows, V]`` from the step's ``logits``: PAD and BOS never generated,
+    EOS forced at max length."""
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
     log_probs[:, PAD] = NEGATIVE_INFINITY
     log_probs[:, BOS] = NEGATIVE_INFINITY
     not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
@@ -70,7 +72,7 @@ class _Search:
 
     def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float,
                  max_length_offset: int, position_limit: int | None = None,
-                 freezes: bool = False):
+                 freezes: bool = False, cuda_graphs: bool = False):
         batch, device = source.size(0), source.device
         self.beam, self.alpha, self.freezes = beam, alpha, freezes
         self.sentences = list(range(batch))  # original index of each row, on the host
@@ -85,20 +87,24 @@ class _Search:
         self.alive_tokens = torch.full((batch, beam, 1), BOS, dtype=torch.long, device=device)
         self.finished_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
         self.finished_tokens = torch.full((batch, beam, 1), PAD, dtype=torch.long, device=device)
+        self.last_step = int(self.max_lengths.max())
         self.cache = DecoderCache()
+        if cuda_graphs:  # static shapes: keys and values in buffers of the batch's most positions
+            self.cache = DecoderCache(capacity=self.last_step,
+                                      position=torch.zeros((), dtype=torch.long, device=device))
+        self.decoder_step = DecoderStep(model, capture=cuda_graphs)
 
     @property
     def size(self) -> int:
         return len(self.sentences)
 
-    def advance(self, model: TranslationModel, step: int) -> None:
+    def advance(self, step: int) -> None:
         """One time step for every row; ``done`` then says which sentences are done. A sentence
         done before this step (``freezes``: not yet read) keeps its finished hypotheses."""
         batch, beam, device = self.size, self.beam, self.done.device
-        log_probs = _next_token_log_probs(
-            model, self.alive_tokens[:, :, -1].reshape(-1), self.encoded, self.cache, step,
-            self.max_lengths.repeat_interleave(beam),
-        )
+        logits = self.decoder_step(self.alive_tokens[:, :, -1].reshape(-1), self.encoded,
+                                   self.cache)
+        log_probs = _next_token_log_probs(logits, step, self.max_lengths.repeat_interleave(beam))
         vocab = log_probs.size(-1)
         candidates = (self.alive_scores.unsqueeze(-1) + log_probs.view(batch, beam, vocab))
         candidates = candidates.view(batch, beam * vocab)
@@ -180,17 +186,22 @@ def beam_search(
     alpha: float = 0.6,
     max_length_offset: int = 50,
     check_every: int = 1,
+    cuda_graphs: bool = False,
 ) -> list[list[int]]:
     """The best hypothesis of each sentence, as token ids without BOS and EOS; which sentences
-    are done is read every ``check_every`` steps (and at the last), the same translations
-    whatever its value."""
+    are done is read every ``check_every`` steps (and at the last), and with ``cuda_graphs`` the
+    decoder's steps run on static shapes, replayed as CUDA graphs on a GPU
+    (:mod:`reproduce.decoding.decoder_step`): the same translations whatever the two."""
+    if cuda_graphs and model.config.architecture != "transformer":
+        raise ConfigError(CUDA_GRAPHS_NEED_A_TRANSFORMER)
     model.eval()
     search = _Search(model, source, beam_size, alpha, max_length_offset,
-                     model.config.position_limit, freezes=check_every > 1)
+                     model.config.position_limit, freezes=check_every > 1,
+                     cuda_graphs=cuda_graphs)
     best: list[list[int]] = [[] for _ in range(source.size(0))]
-    last = int(search.max_lengths.max())
+    last = search.last_step
     for step in range(1, last + 1):
-        search.advance(model, step)
+        search.advance(step)
         if step % check_every and step < last:
             continue
         for sentence, tokens in search.take_done().items():

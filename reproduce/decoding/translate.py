@@ -86,8 +86,10 @@ def translate_sentences(
     batches = _batches(order, [len(ids) for ids in encoded], decoding)
     dtype = autocast_dtype(decoding.precision)
     device_type = torch.device(device).type
+    # A recorded graph keeps the casts it made: autocast's cache would free them on exit.
     with (StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress,
-          torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)):
+          torch.autocast(device_type, dtype=dtype, enabled=dtype is not None,
+                         cache_enabled=not decoding.cuda_graphs)):
         for batch in batches:
             longest = max(len(encoded[index]) for index in batch)
             source = torch.full((len(batch), longest), PAD, dtype=torch.long)
@@ -100,6 +102,7 @@ def translate_sentences(
                 alpha=decoding.length_penalty,
                 max_length_offset=decoding.max_length_offset,
                 check_every=decoding.check_every,
+                cuda_graphs=decoding.cuda_graphs,
             )
             for index, tokens in zip(batch, hypotheses, strict=True):
                 translations[index] = processor.decode(tokens)

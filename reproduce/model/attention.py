@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from torch.nn.attention import sdpa_kernel
 
 from reproduce.model.dropout import AttentionDropout
+from reproduce.model.key_values import KeyValues, StaticKeyValues
 from reproduce.model.packed_attention import PADDED_KERNELS, attend_packed
 from reproduce.model.token_layout import TokenLayout
 
@@ -49,11 +50,12 @@ def _xavier_blocks(weight: Tensor, sizes: list[int]) -> None:
         nn.init.xavier_uniform_(block)
 
 
-def band_mask(queries: int, keys: int, radius: int, causal: bool, offset: int = 0,
+def band_mask(queries: int, keys: int, radius: int, causal: bool, offset: int | Tensor = 0,
               device: torch.device | None = None) -> Tensor:
     """``[queries, keys]``, True where query position ``offset + i`` may attend key position j:
-    |offset + i - j| <= radius, and j <= offset + i when ``causal``."""
-    query_positions = torch.arange(offset, offset + queries, device=device)[:, None]
+    |offset + i - j| <= radius, and j <= offset + i when ``causal`` (``offset`` may be a 0-d
+    tensor on ``device``)."""
+    query_positions = (torch.arange(queries, device=device) + offset)[:, None]
     distance = query_positions - torch.arange(keys, device=device)[None, :]
     allowed = distance.abs() <= radius
     return allowed & (distance >= 0) if causal else allowed
@@ -132,10 +134,11 @@ class SelfAttention(_HeadsAttention):
         x: Tensor,  # [N, d_model] at the layout's tokens
         layout: TokenLayout,
         causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
+        cache: KeyValues | StaticKeyValues | None = None,
     ) -> Tensor:
         """Keys at padding are masked, except under ``causal``: right padding follows every real
-        query there, so the causal mask hides it already (and leaves SDPA its flash kernel)."""
+        query there, so the causal mask hides it already (and leaves SDPA its flash kernel).
+        With a ``cache`` (incremental decoding, causal), ``x`` holds the new positions only."""
         if cache is None and self._packs(layout):
             q, k, v = self.qkv(x).split(self.sizes, dim=-1)  # [N, h*d] each
             context = attend_packed(self._packed_heads(q, self.d_k),
@@ -149,17 +152,20 @@ class SelfAttention(_HeadsAttention):
                                 layout)
         # Incremental decoding (a dense layout of the new positions): they attend to every
         # cached one and to themselves.
-        previous = 0
-        if "keys" in cache:
-            previous = cache["keys"].size(2)
-            k = torch.cat([cache["keys"], k], dim=2)
-            v = torch.cat([cache["values"], v], dim=2)
-        cache["keys"], cache["values"] = k, v
-        new, mask = q.size(2), None
-        if causal and new > 1:
-            mask = torch.ones(new, previous + new, dtype=torch.bool, device=x.device).tril(previous)
-        mask, _ = self._restrict(mask, causal, new, previous + new, offset=previous)
-        return self._attend(q, k, v, mask, causal=False, layout=layout)
+        keys, values, offset = cache.append(k, v)
+        mask = self._decoding_mask(q.size(2), keys.size(2), offset)
+        return self._attend(q, keys, values, mask, causal=False, layout=layout)
+
+    def _decoding_mask(self, queries: int, keys: int, offset: int | Tensor) -> Tensor | None:
+        """Which of ``keys`` cached positions the new ones (from ``offset``) may attend: the
+        earlier ones and themselves, within the band; None where that is every key (one new
+        position right after the others, no band)."""
+        one_after = queries == 1 and isinstance(offset, int) and keys == offset + 1
+        if self.radius is None and one_after:
+            return None
+        radius = keys if self.radius is None else self.radius
+        return band_mask(queries, keys, radius, causal=True, offset=offset,
+                         device=self.qkv.weight.device)
 
     def _heads(self, x: Tensor, layout: TokenLayout) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K and V of every head: ``[B, h, T, d_k]`` twice and ``[B, h, T, d_v]``."""

@@ -19,22 +19,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
+from reproduce.model.key_values import CachedTensors, KeyValues, SourceState, StaticKeyValues
 from reproduce.model.token_layout import TokenLayout
-
-
-class SourceState(dict):
-    """Cached tensors computed from the source sentence alone (the encoder-decoder attention's
-    keys and values): the same in every hypothesis of a sentence."""
 
 
 @dataclass
 class DecoderCache:
     """The decoded prefix's state per decoder layer (incremental decoding): the keys and values
     of the Transformer's attentions, or the recurrent decoder's LSTM states; each layer's entry
-    maps a part's name to its tensors."""
+    maps a part's name to its tensors (:mod:`reproduce.model.key_values`).
 
-    layers: list[dict[str, dict[str, Tensor]]] = field(default_factory=list)
+    With a ``capacity``, a Transformer keeps its keys and values in buffers of that many
+    positions and reads the next position from ``position`` on the device (static shapes, for a
+    captured decoder step); ``length`` counts on the host either way."""
+
+    layers: list[dict[str, CachedTensors]] = field(default_factory=list)
     length: int = 0  # positions decoded so far
+    capacity: int | None = None
+    position: Tensor | None = None  # 0-d long: ``length`` on the device, with a capacity
+
+    def self_attention_keys(self) -> KeyValues | StaticKeyValues:
+        """An empty store for one self-attention's keys and values, of this cache's kind."""
+        if self.capacity is None:
+            return KeyValues()
+        return StaticKeyValues(self.capacity, self.position)
 
     def reorder(self, indices: Tensor, within_sentences: bool = False) -> None:
         """Keep rows ``indices`` of every cached tensor: the sentences still searching, or
@@ -42,10 +50,8 @@ class DecoderCache:
         (``within_sentences``), so that a :class:`SourceState` stays as it is."""
         for layer in self.layers:
             for part in layer.values():
-                if within_sentences and isinstance(part, SourceState):
-                    continue
-                for name, tensor in part.items():
-                    part[name] = tensor.index_select(0, indices)
+                if not (within_sentences and isinstance(part, SourceState)):
+                    part.reorder(indices)
 
 
 class EncodedSource(Protocol):

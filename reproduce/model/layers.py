@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from reproduce.config import ModelConfig
 from reproduce.model.attention import CrossAttention, SelfAttention
 from reproduce.model.dropout import TokenDropout
-from reproduce.model.encoder_decoder import SourceState
 from reproduce.model.feed_forward import PositionwiseFeedForward
+from reproduce.model.key_values import CachedTensors
 from reproduce.model.token_layout import TokenLayout
 
 
@@ -68,10 +68,10 @@ class DecoderLayer(nn.Module):
         layout: TokenLayout,
         memory: Tensor,  # [M, d]: the encoder's output at the source tokens
         memory_layout: TokenLayout,
-        cache: dict[str, dict[str, Tensor]] | None = None,
+        cache: dict[str, CachedTensors] | None = None,  # "self" and "cross" (incremental)
     ) -> Tensor:
-        self_cache = None if cache is None else cache.setdefault("self", {})
-        cross_cache = None if cache is None else cache.setdefault("cross", SourceState())
+        self_cache = None if cache is None else cache["self"]
+        cross_cache = None if cache is None else cache["cross"]
         x = self.self_attention_residual(
             x, self.self_attention(x, layout, causal=True, cache=self_cache), layout
         )

@@ -33,11 +33,11 @@ class SinusoidalPositions(nn.Module):
         self.d_model = d_model
         self.register_buffer("table", sinusoidal_table(initial_length, d_model), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Encodings of positions ``offset .. offset+length-1``: ``[length, d_model]``."""
-        if offset + length > self.table.size(0):
-            self.table = sinusoidal_table(2 * (offset + length), self.d_model).to(self.table.device)
-        return self.table[offset : offset + length]
+    def forward(self, positions: torch.Tensor, end: int) -> torch.Tensor:
+        """Encodings of ``positions`` ``[N]``, each below ``end``: ``[N, d_model]``."""
+        if end > self.table.size(0):
+            self.table = sinusoidal_table(2 * end, self.d_model).to(self.table.device)
+        return self.table[positions]
 
 
 class LearnedPositions(nn.Module):
@@ -48,11 +48,11 @@ class LearnedPositions(nn.Module):
         self.embedding = nn.Embedding(max_positions, d_model)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        if offset + length > self.embedding.num_embeddings:
+    def forward(self, positions: torch.Tensor, end: int) -> torch.Tensor:
+        """Embeddings of ``positions`` ``[N]``, each below ``end``: ``[N, d_model]``."""
+        if end > self.embedding.num_embeddings:
             raise ConfigError(
-                f"sequence of {offset + length} positions is longer than the learned positional "
+                f"sequence of {end} positions is longer than the learned positional "
                 f"embedding's model.max_positions={self.embedding.num_embeddings}"
             )
-        positions = torch.arange(offset, offset + length, device=self.embedding.weight.device)
         return self.embedding(positions)

@@ -51,6 +51,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from reproduce.config import ModelConfig
 from reproduce.model.dropout import TokenDropout, number_sites
 from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
+from reproduce.model.key_values import CachedTensors
 from reproduce.model.recurrent_attention import global_attention
 from reproduce.model.token_layout import TokenLayout
 
@@ -176,8 +177,8 @@ class RecurrentSeq2Seq(EncoderDecoder):
             (hidden.transpose(0, 1), cell.transpose(0, 1)), noise,
         )  # outputs [B, T, d]; hidden, cell [layers, B, d]
         if cache is not None:
-            cache.layers = [{"lstm": {"hidden": hidden.transpose(0, 1),
-                                      "cell": cell.transpose(0, 1)}}]
+            cache.layers = [{"lstm": CachedTensors(hidden=hidden.transpose(0, 1),
+                                                   cell=cell.transpose(0, 1))}]
             cache.length += target_input.size(1)
         context = self.attention(outputs, encoded.memory, encoded.keys, encoded.padding)
         attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))

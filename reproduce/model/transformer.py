@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from reproduce.config import ModelConfig
 from reproduce.model.dropout import TokenDropout, number_sites
 from reproduce.model.encoder_decoder import DecoderCache, EncoderDecoder
+from reproduce.model.key_values import SourceState
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.positional import LearnedPositions, SinusoidalPositions
 from reproduce.model.token_layout import TokenLayout
@@ -59,10 +60,12 @@ class Transformer(EncoderDecoder):
         self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.layers))
         number_sites(self)
 
-    def _embed(self, tokens: Tensor, layout: TokenLayout, offset: int = 0) -> Tensor:
-        """Scaled embeddings plus positions (from ``offset``) of ``tokens`` ``[B, T]``: ``[N, d]``
-        at the layout's tokens."""
-        positions = self.positions(tokens.size(1), offset)[layout.positions()]  # [N, d]
+    def _embed(self, tokens: Tensor, layout: TokenLayout, offset: int | Tensor = 0,
+               end: int | None = None) -> Tensor:
+        """Scaled embeddings plus positions (from ``offset``, below ``end``: offset + T unless
+        given) of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's tokens."""
+        end = offset + tokens.size(1) if end is None else end
+        positions = self.positions(layout.positions() + offset, end)  # [N, d]
         scaled = self.embedding(layout.unpad(tokens)) * math.sqrt(self.config.d_model)
         return self.embedding_dropout(scaled + positions, layout.noise)
 
@@ -83,12 +86,18 @@ class Transformer(EncoderDecoder):
             layout = TokenLayout.of(target_input)
             return layout.pad(self.target_token_states(target_input, encoded, layout))
         if not cache.layers:
-            cache.layers = [{} for _ in self.decoder]
+            cache.layers = [{"self": cache.self_attention_keys(), "cross": SourceState()}
+                            for _ in self.decoder]
         layout = TokenLayout.dense(*target_input.shape, device=target_input.device)
-        x = self._embed(target_input, layout, offset=cache.length)
+        if cache.capacity is None:
+            x = self._embed(target_input, layout, offset=cache.length)
+        else:
+            x = self._embed(target_input, layout, offset=cache.position, end=cache.capacity)
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
             x = layer(x, layout, encoded.tokens, encoded.layout, layer_cache)
         cache.length += target_input.size(1)
+        if cache.position is not None:
+            cache.position += target_input.size(1)  # on the device: a replayed step advances it
         return layout.pad(x)
 
     def target_token_states(self, target_input: Tensor, encoded: EncoderOutput,
