@@ -153,3 +153,28 @@ def test_incremental_decoding_on_a_static_cache_equals_the_full_pass(positional)
     steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
     assert int(cache.position) == cache.length == target.size(1)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"attention_radius": 2},
+                                       {"positional": "learned", "max_positions": 64}])
+def test_a_step_on_a_static_cache_reads_nothing_from_the_host_count(overrides, monkeypatch):
+    """What a replayed CUDA graph needs of a step: no read of the device (a host
+    synchronisation, which capture refuses) and nothing taken from the host's count of positions
+    (a recorded graph would replay its value of the recording forever)."""
+    from tests.test_beam_search import HostReads
+
+    model = tiny_model(**overrides)
+    source, target = random_tokens(3, 7), random_tokens(3, 4, seed=7)
+    encoded = model.encode(source)
+    static = DecoderCache(capacity=12, position=torch.zeros((), dtype=torch.long))
+    growing = DecoderCache()
+    for t in range(3):  # the first step fills the caches' buffers and the source's keys
+        model.decode(target[:, t : t + 1], encoded, static)
+        model.decode(target[:, t : t + 1], encoded, growing)
+    expected = model.decode(target[:, 3:4], encoded, growing)
+    static.length = 999  # a host count that the step must not read
+    reads = HostReads(monkeypatch)
+    with torch.inference_mode():
+        step = model.decode(target[:, 3:4], encoded, static)
+    assert reads.count == 0
+    assert torch.allclose(step, expected, atol=1e-5)
