@@ -29,6 +29,8 @@ class DecoderStep:
         self.rows = -1  # the row count of the last step (a graph's, once recorded)
         self.tokens: Tensor | None = None  # the graph's input
         self.logits: Tensor | None = None  # the graph's output
+        self.pool: tuple[int, int] | None = None  # the graphs' memory
+        self.stream: torch.cuda.Stream | None = None  # where they are recorded
 
     def __call__(self, tokens: Tensor, encoded: EncodedSource, cache: DecoderCache) -> Tensor:
         rows = tokens.size(0)
@@ -46,7 +48,18 @@ class DecoderStep:
         return self.model.decode(tokens.unsqueeze(1), encoded, cache)[:, -1]
 
     def _record(self, tokens: Tensor, encoded: EncodedSource, cache: DecoderCache) -> None:
+        """Records the step without running it, on a side stream (the default stream cannot
+        record). Not through ``torch.cuda.graph``, which synchronises and empties the allocator's
+        cache at every recording, and a search records one graph per set of rows."""
         self.tokens, self.graph = tokens.clone(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = self._decode(self.tokens, encoded, cache)
+        if self.pool is None:  # one memory pool for the search's graphs: one replays at a time
+            self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            self.graph.capture_begin(pool=self.pool)
+            try:
+                self.logits = self._decode(self.tokens, encoded, cache)
+            finally:
+                self.graph.capture_end()
+        torch.cuda.current_stream().wait_stream(self.stream)
         cache.length -= 1  # recording ran the host's side of the step once; replays count
