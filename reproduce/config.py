@@ -525,12 +525,13 @@ class DecodingConfig(Strict):
                     "does not wait on a read, and only pays for the frozen rows.")
     cuda_graphs: bool = Field(
         default=False,
-        description="Transformer only: run each decoder step on static shapes (keys and values "
-                    "in buffers of the batch's most positions) and, on a GPU, replay it as a "
-                    "CUDA graph recorded once per set of rows, one launch instead of ~20 a "
-                    "layer. The same translations. Off until a GPU session has run it "
-                    "(tests/test_gpu.py) and measured it; on a CPU it only costs (attention "
-                    "reads every buffered position).")
+        description="Transformer only: keep the decoder's keys and values in buffers of the "
+                    "batch's most positions, so that a step of beam search has static shapes, "
+                    "and on a GPU replay each step (decoder and search) as a CUDA graph "
+                    "recorded once per set of rows: one launch instead of hundreds. The same "
+                    "translations. Off until a GPU session has run it (tests/test_gpu.py) and "
+                    "measured it; on a CPU it only costs (attention reads every buffered "
+                    "position).")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         default="fp32",
         description="The arithmetic of beam search: fp32, or the model's matrix products under "

@@ -197,11 +197,11 @@ def test_a_sentence_done_between_reads_keeps_its_finished_hypotheses(architectur
 
     def searched(freezes: bool) -> tuple[_Search, Tensor, Tensor]:
         search = _Search(model, source, 4, 0.6, 6, freezes=freezes)
-        search.advance(1)
+        search.advance()
         search.done[0] = True
         after_one = search.finished_scores.clone(), search.finished_tokens.clone()
-        for step in range(2, 8):
-            search.advance(step)
+        for _ in range(2, 8):
+            search.advance()
         return search, *after_one
 
     frozen, scores, tokens = searched(freezes=True)
@@ -281,3 +281,27 @@ def test_static_shapes_are_refused_for_the_recurrent_baseline():
     """Its LSTM states are new tensors every step, which a replayed graph would not read."""
     with pytest.raises(ConfigError, match="cuda_graphs"):
         beam_search(peaky_model(0, "rnn"), random_batch(0, 2), cuda_graphs=True)
+
+
+@torch.inference_mode()
+def test_a_search_step_on_static_shapes_updates_its_state_in_place_reading_nothing(monkeypatch):
+    """What replaying a whole step as a CUDA graph needs of it (``cuda_graphs``): once the first
+    step has filled the caches, a step reads nothing from the device and writes every tensor of
+    the search's state, the decoder's keys and values included, where it was."""
+    model = peaky_model(0)
+    search = _Search(model, random_batch(0, 6), 4, 0.6, 6, freezes=True, cuda_graphs=True)
+    search.advance()
+
+    def addresses() -> list[int]:
+        state = [search.done, search.alive_scores, search.alive_tokens, search.finished_scores,
+                 search.finished_tokens, search.step, search.cache.position]
+        for layer in search.cache.layers:
+            state += [*layer["self"].values(), *layer["cross"].values()]
+        return [tensor.data_ptr() for tensor in state]
+
+    before, reads = addresses(), HostReads(monkeypatch)
+    search.advance()
+    search.advance()
+    assert reads.count == 0
+    assert addresses() == before
+    assert int(search.step) == int(search.cache.position) == 3

@@ -157,17 +157,17 @@ def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed", [0, 2])
-def test_decoder_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, monkeypatch):
+def test_search_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, monkeypatch):
     """``decoding.cuda_graphs``: graphs recorded and replayed (counted), sentences leaving the
     batch at many steps (a new graph each time), the same translations as eager steps on the
     growing cache; fp32, and under bf16 autocast without its cache (as translate runs it)."""
-    from reproduce.decoding.decoder_step import DecoderStep
+    from reproduce.decoding.step_graphs import StepGraphs
     from tests.test_beam_search import peaky_model, random_batch
 
     model, batch = peaky_model(seed).cuda(), random_batch(seed, 16).cuda()
     replays = Counter()
-    record = DecoderStep._record
-    monkeypatch.setattr(DecoderStep, "_record",
+    record = StepGraphs._record
+    monkeypatch.setattr(StepGraphs, "_record",
                         lambda self, *args: replays.update(["records"]) or record(self, *args))
     for check_every in (1, 8):
         eager = beam_search(model, batch, 4, 0.6, 6, check_every=check_every)

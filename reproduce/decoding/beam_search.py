@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from reproduce.decoding.decoder_step import DecoderStep
+from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.errors import ConfigError
 from reproduce.model.encoder_decoder import DecoderCache, TranslationModel
 from reproduce.special_tokens import BOS, EOS, PAD
@@ -55,7 +55,7 @@ def _max_output_lengths(source: Tensor, max_length_offset: int,
     return lengths if position_limit is None else lengths.clamp(max=position_limit)
 
 
-def _next_token_log_probs(logits: Tensor, step: int, max_lengths: Tensor) -> Tensor:
+def _next_token_log_probs(logits: Tensor, step: int | Tensor, max_lengths: Tensor) -> Tensor:
     """log p(next token) ``[rows, V]`` from the step's ``logits``: PAD and BOS never generated,
     EOS forced at max length."""
     log_probs = torch.log_softmax(logits.float(), dim=-1)
@@ -68,86 +68,94 @@ def _next_token_log_probs(logits: Tensor, step: int, max_lengths: Tensor) -> Ten
 
 
 class _Search:
-    """The state of a batch's search, row-aligned with the sentences still searching."""
+    """The state of a batch's search, row-aligned with the sentences still searching. Its
+    tensors keep their shapes from step to step and are updated in place (the hypotheses' tokens
+    in buffers of every position they may reach, the step counted on the device), so that a step
+    can be replayed as a CUDA graph (:mod:`reproduce.decoding.step_graphs`)."""
 
     def __init__(self, model: TranslationModel, source: Tensor, beam: int, alpha: float,
                  max_length_offset: int, position_limit: int | None = None,
                  freezes: bool = False, cuda_graphs: bool = False):
         batch, device = source.size(0), source.device
-        self.beam, self.alpha, self.freezes = beam, alpha, freezes
+        self.model, self.beam, self.alpha, self.freezes = model, beam, alpha, freezes
         self.sentences = list(range(batch))  # original index of each row, on the host
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         encoded = model.encode(source)
         self.encoded = encoded.select(torch.arange(batch, device=device).repeat_interleave(beam))
         self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
         self.lp_at_limit = length_penalty(self.max_lengths.float(), alpha)  # [B]
+        self.last_step = int(self.max_lengths.max())
+        width = 1 + self.last_step  # BOS, then a token a step
         # Live hypotheses: only beam 0 starts alive, so the first step expands a single prefix.
         self.alive_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
         self.alive_scores[:, 0] = 0.0
-        self.alive_tokens = torch.full((batch, beam, 1), BOS, dtype=torch.long, device=device)
+        self.alive_tokens = torch.full((batch, beam, width), PAD, dtype=torch.long, device=device)
+        self.alive_tokens[:, :, 0] = BOS
         self.finished_scores = torch.full((batch, beam), NEGATIVE_INFINITY, device=device)
-        self.finished_tokens = torch.full((batch, beam, 1), PAD, dtype=torch.long, device=device)
-        self.last_step = int(self.max_lengths.max())
+        self.finished_tokens = torch.full((batch, beam, width), PAD, dtype=torch.long,
+                                          device=device)
+        self.step = torch.zeros((), dtype=torch.long, device=device)  # steps taken
         self.cache = DecoderCache()
         if cuda_graphs:  # static shapes: keys and values in buffers of the batch's most positions
             self.cache = DecoderCache(capacity=self.last_step,
                                       position=torch.zeros((), dtype=torch.long, device=device))
-        self.decoder_step = DecoderStep(model, capture=cuda_graphs)
+        self.graphs = StepGraphs(capture=cuda_graphs)
 
     @property
     def size(self) -> int:
         return len(self.sentences)
 
-    def advance(self, step: int) -> None:
+    def advance(self) -> None:
         """One time step for every row; ``done`` then says which sentences are done. A sentence
         done before this step (``freezes``: not yet read) keeps its finished hypotheses."""
-        batch, beam, device = self.size, self.beam, self.done.device
-        logits = self.decoder_step(self.alive_tokens[:, :, -1].reshape(-1), self.encoded,
-                                   self.cache)
-        log_probs = _next_token_log_probs(logits, step, self.max_lengths.repeat_interleave(beam))
+        self.graphs(self._advance, self.size, self.done.device)
+
+    def _advance(self) -> None:
+        batch, beam, width = self.alive_tokens.shape
+        self.step += 1
+        last_tokens = self.alive_tokens.gather(2, (self.step - 1).expand(batch, beam, 1))
+        logits = self.model.decode(last_tokens.view(-1, 1), self.encoded, self.cache)[:, -1]
+        log_probs = _next_token_log_probs(logits, self.step,
+                                          self.max_lengths.repeat_interleave(beam))
         vocab = log_probs.size(-1)
         candidates = (self.alive_scores.unsqueeze(-1) + log_probs.view(batch, beam, vocab))
         candidates = candidates.view(batch, beam * vocab)
         top_scores, top_indices = candidates.topk(min(2 * beam, beam * vocab), dim=1)  # [B, 2K]
         origins, tokens = top_indices // vocab, top_indices % vocab
-        extended = torch.cat(
-            [self.alive_tokens.gather(1, origins.unsqueeze(-1).expand(-1, -1, step)),
-             tokens.unsqueeze(-1)], dim=-1,
-        )  # [B, 2K, step+1]
+        extended = self.alive_tokens.gather(1, origins.unsqueeze(-1).expand(-1, -1, width))
+        extended.scatter_(2, self.step.expand(*tokens.shape, 1), tokens.unsqueeze(-1))
         eos = tokens.eq(EOS)
-        rank = torch.arange(top_scores.size(1), device=device).expand_as(top_scores)
+        rank = torch.arange(top_scores.size(1), device=eos.device).expand_as(top_scores)
         ends = eos & rank.lt(beam) & top_scores.gt(NEGATIVE_INFINITY)
 
         # Finished: merge the new EOS hypotheses (length-normalised) into the best K so far.
-        normalised = torch.where(ends, top_scores / length_penalty(float(step), self.alpha),
-                                 torch.full_like(top_scores, NEGATIVE_INFINITY))
-        padded_finished = torch.cat(
-            [self.finished_tokens, torch.full_like(self.finished_tokens[:, :, :1], PAD).expand(
-                -1, -1, step + 1 - self.finished_tokens.size(2))], dim=-1,
-        )
+        # lp in float64, then float32: as a Python number's division would round it.
+        lp = length_penalty(self.step.double(), self.alpha).to(top_scores.dtype)
+        normalised = torch.where(ends, top_scores / lp, NEGATIVE_INFINITY)
         pool_scores = torch.cat([self.finished_scores, normalised], dim=1)  # [B, 3K]
-        pool_tokens = torch.cat([padded_finished, extended], dim=1)
+        pool_tokens = torch.cat([self.finished_tokens, extended], dim=1)
         finished_scores, best = pool_scores.topk(beam, dim=1)
-        finished_tokens = pool_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, step + 1))
+        finished_tokens = pool_tokens.gather(1, best.unsqueeze(-1).expand(-1, -1, width))
         if self.freezes:
             frozen = self.done.unsqueeze(1)
             finished_scores = torch.where(frozen, self.finished_scores, finished_scores)
-            finished_tokens = torch.where(frozen.unsqueeze(2), padded_finished, finished_tokens)
-        self.finished_scores, self.finished_tokens = finished_scores, finished_tokens
+            finished_tokens = torch.where(frozen.unsqueeze(2), self.finished_tokens,
+                                          finished_tokens)
+        self.finished_scores.copy_(finished_scores)
+        self.finished_tokens.copy_(finished_tokens)
 
         # Alive: the best K candidates that did not end (stable: rank order among them kept).
         keep = (eos.long() * top_scores.size(1) + rank).argsort(dim=1)[:, :beam]
-        self.alive_scores = top_scores.gather(1, keep).masked_fill(eos.gather(1, keep),
-                                                                   NEGATIVE_INFINITY)
-        self.alive_tokens = extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, step + 1))
-        row_offsets = (torch.arange(batch, device=device) * beam).unsqueeze(1)
+        self.alive_scores.copy_(top_scores.gather(1, keep).masked_fill(eos.gather(1, keep),
+                                                                       NEGATIVE_INFINITY))
+        self.alive_tokens.copy_(extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, width)))
+        row_offsets = (torch.arange(batch, device=keep.device) * beam).unsqueeze(1)
         self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1),
                            within_sentences=True)
 
         # Early termination: no live hypothesis can beat the best finished one any more.
         bound = self.alive_scores.max(dim=1).values / self.lp_at_limit
-        self.done = (self.done | self.finished_scores[:, 0].ge(bound)
-                     | self.max_lengths.le(step))
+        self.done |= self.finished_scores[:, 0].ge(bound) | self.max_lengths.le(self.step)
 
     def take_done(self) -> dict[int, list[int]]:
         """The best hypothesis (token ids, BOS dropped) of each sentence done, by its original
@@ -190,8 +198,8 @@ def beam_search(
 ) -> list[list[int]]:
     """The best hypothesis of each sentence, as token ids without BOS and EOS; which sentences
     are done is read every ``check_every`` steps (and at the last), and with ``cuda_graphs`` the
-    decoder's steps run on static shapes, replayed as CUDA graphs on a GPU
-    (:mod:`reproduce.decoding.decoder_step`): the same translations whatever the two."""
+    decoder keeps its keys and values in buffers of fixed size, and a GPU replays each step as a
+    CUDA graph (:mod:`reproduce.decoding.step_graphs`): the same translations whatever the two."""
     if cuda_graphs and model.config.architecture != "transformer":
         raise ConfigError(CUDA_GRAPHS_NEED_A_TRANSFORMER)
     model.eval()
@@ -201,7 +209,7 @@ def beam_search(
     best: list[list[int]] = [[] for _ in range(source.size(0))]
     last = search.last_step
     for step in range(1, last + 1):
-        search.advance(step)
+        search.advance()
         if step % check_every and step < last:
             continue
         for sentence, tokens in search.take_done().items():

@@ -30,13 +30,13 @@ class DecoderCache:
     maps a part's name to its tensors (:mod:`reproduce.model.key_values`).
 
     With a ``capacity``, a Transformer keeps its keys and values in buffers of that many
-    positions and reads the next position from ``position`` on the device (static shapes, for a
-    captured decoder step); ``length`` counts on the host either way."""
+    positions and counts the positions decoded in ``position``, on the device (static shapes, for
+    a step replayed as a CUDA graph, which would replay a count on the host as recorded)."""
 
     layers: list[dict[str, CachedTensors]] = field(default_factory=list)
-    length: int = 0  # positions decoded so far
+    length: int = 0  # positions decoded so far, without a capacity
     capacity: int | None = None
-    position: Tensor | None = None  # 0-d long: ``length`` on the device, with a capacity
+    position: Tensor | None = None  # 0-d long: positions decoded so far, with a capacity
 
     def self_attention_keys(self) -> KeyValues | StaticKeyValues:
         """An empty store for one self-attention's keys and values, of this cache's kind."""

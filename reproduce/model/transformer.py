@@ -95,8 +95,9 @@ class Transformer(EncoderDecoder):
             x = self._embed(target_input, layout, offset=cache.position, end=cache.capacity)
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
             x = layer(x, layout, encoded.tokens, encoded.layout, layer_cache)
-        cache.length += target_input.size(1)
-        if cache.position is not None:
+        if cache.capacity is None:
+            cache.length += target_input.size(1)
+        else:
             cache.position += target_input.size(1)  # on the device: a replayed step advances it
         return layout.pad(x)
 
