@@ -44,6 +44,21 @@ class DecoderCache:
             return KeyValues()
         return StaticKeyValues(self.capacity, self.position)
 
+    def new_positions(self, new: int) -> tuple[int | Tensor, int]:
+        """Where ``new`` positions after the decoded ones start (the count on the host, or on
+        the device with a capacity), and a bound that every position stays below."""
+        if self.capacity is None:
+            return self.length, self.length + new
+        return self.position, self.capacity
+
+    def advance(self, new: int) -> None:
+        """Counts ``new`` positions decoded (on the device with a capacity: a replayed step
+        advances it)."""
+        if self.capacity is None:
+            self.length += new
+        else:
+            self.position += new
+
     def reorder(self, indices: Tensor, within_sentences: bool = False) -> None:
         """Keep rows ``indices`` of every cached tensor: the sentences still searching, or
         beam search's surviving hypotheses, whose rows come from rows of their own sentence

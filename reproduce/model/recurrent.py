@@ -179,7 +179,7 @@ class RecurrentSeq2Seq(EncoderDecoder):
         if cache is not None:
             cache.layers = [{"lstm": CachedTensors(hidden=hidden.transpose(0, 1),
                                                    cell=cell.transpose(0, 1))}]
-            cache.length += target_input.size(1)
+            cache.advance(target_input.size(1))
         context = self.attention(outputs, encoded.memory, encoded.keys, encoded.padding)
         attentional = torch.tanh(self.combine(torch.cat([context, outputs], dim=-1)))
         return self.output_dropout(attentional, noise)

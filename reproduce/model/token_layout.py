@@ -28,11 +28,11 @@ class TokenLayout:
     """The tokens of a ``[B, T]`` batch: its padding mask and the tokens' flat positions."""
 
     def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
-                 varlen: bool = False):
+                 varlen: bool = False, is_dense: bool = False):
         self.padding = padding  # [B, T], True at PAD
         self.noise = noise  # [N] int32: the tokens' dropout keys (training), or None
         self.varlen = varlen  # attention over these tokens asks for the varlen kernel
-        self.is_dense = False  # no padding at all (:meth:`dense`)
+        self.is_dense = is_dense  # no padding at all (:meth:`dense`)
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
 
@@ -40,10 +40,8 @@ class TokenLayout:
     def dense(cls, batch: int, length: int, device: torch.device | str) -> "TokenLayout":
         """A ``[batch, length]`` batch without padding (incremental decoding's new positions):
         its tokens are the batch, flattened, so padding and unpadding are reshapes."""
-        layout = cls(torch.zeros(batch, length, dtype=torch.bool, device=device),
-                     torch.arange(batch * length, device=device))
-        layout.is_dense = True
-        return layout
+        return cls(torch.zeros(batch, length, dtype=torch.bool, device=device),
+                   torch.arange(batch * length, device=device), is_dense=True)
 
     @classmethod
     def of(cls, tokens: Tensor, index: Tensor | None = None, noise: Tensor | None = None,

@@ -62,8 +62,8 @@ class Transformer(EncoderDecoder):
 
     def _embed(self, tokens: Tensor, layout: TokenLayout, offset: int | Tensor = 0,
                end: int | None = None) -> Tensor:
-        """Scaled embeddings plus positions (from ``offset``, below ``end``: offset + T unless
-        given) of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's tokens."""
+        """Scaled embeddings plus positions (from ``offset``, each below ``end``: offset + T
+        unless given) of ``tokens`` ``[B, T]``: ``[N, d]`` at the layout's tokens."""
         end = offset + tokens.size(1) if end is None else end
         positions = self.positions(layout.positions() + offset, end)  # [N, d]
         scaled = self.embedding(layout.unpad(tokens)) * math.sqrt(self.config.d_model)
@@ -89,16 +89,10 @@ class Transformer(EncoderDecoder):
             cache.layers = [{"self": cache.self_attention_keys(), "cross": SourceState()}
                             for _ in self.decoder]
         layout = TokenLayout.dense(*target_input.shape, device=target_input.device)
-        if cache.capacity is None:
-            x = self._embed(target_input, layout, offset=cache.length)
-        else:
-            x = self._embed(target_input, layout, offset=cache.position, end=cache.capacity)
+        x = self._embed(target_input, layout, *cache.new_positions(target_input.size(1)))
         for layer, layer_cache in zip(self.decoder, cache.layers, strict=True):
             x = layer(x, layout, encoded.tokens, encoded.layout, layer_cache)
-        if cache.capacity is None:
-            cache.length += target_input.size(1)
-        else:
-            cache.position += target_input.size(1)  # on the device: a replayed step advances it
+        cache.advance(target_input.size(1))
         return layout.pad(x)
 
     def target_token_states(self, target_input: Tensor, encoded: EncoderOutput,
