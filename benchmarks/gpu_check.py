@@ -15,7 +15,9 @@ whatever happens; a step that fails or runs out of time never stops the later on
    base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
    trained-like ones (``--lengths``); then base with trained-like lengths reading which
    sentences are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with
-   256 (``decoding.check_every`` and batch sizes stay the config's until these are read);
+   256 (``decoding.check_every`` and batch sizes stay the config's until these are read), in
+   bf16, and with each step replayed as a CUDA graph (``--cuda-graphs``: worst-case lengths at
+   64 and 256 sentences a batch, base and big; trained-like ones for base at 256);
 5. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
    (compiled, as GPUs train) against the unfused one.
 
@@ -141,7 +143,11 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _beam(logs, "base", ["--precision", "bf16"], 90, "bf16"),
             # The decoder's steps replayed as CUDA graphs (decoding.cuda_graphs).
             _beam(logs, "base", ["--check-every", "8", "--cuda-graphs"], 90, "check8-graphs"),
+            _beam(logs, "base", ["--check-every", "8", "--cuda-graphs", "--sentences-per-batch",
+                                 "256"], 90, "check8-256-graphs"),
             _beam(logs, "big", ["--check-every", "8", "--cuda-graphs"], 120, "check8-graphs"),
+            _beam(logs, "big", ["--check-every", "8", "--cuda-graphs", "--sentences-per-batch",
+                                "256"], 120, "check8-256-graphs"),
             _beam(logs, "base", ["--lengths", "trained", "--check-every", "8", "--cuda-graphs",
                                  "--sentences-per-batch", "256", "--profile"], 60,
                   "trained-check8-256-graphs"),
