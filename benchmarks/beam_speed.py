@@ -117,7 +117,8 @@ class EndsAtSourceLength:
         # where a captured step reads it)
         generated = cache.length if cache.position is None else cache.position
         raised = last.max(dim=-1).values + EOS_MARGIN
-        last[:, EOS] = torch.where(encoded.lengths.le(generated), raised, last[:, EOS])
+        lengths = encoded.lengths.repeat_interleave(last.size(0) // encoded.lengths.size(0))
+        last[:, EOS] = torch.where(lengths.le(generated), raised, last[:, EOS])
         return logits
 
 

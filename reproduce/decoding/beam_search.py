@@ -80,8 +80,7 @@ class _Search:
         self.model, self.beam, self.alpha, self.freezes = model, beam, alpha, freezes
         self.sentences = list(range(batch))  # original index of each row, on the host
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
-        encoded = model.encode(source)
-        self.encoded = encoded.select(torch.arange(batch, device=device).repeat_interleave(beam))
+        self.encoded = model.encode(source)  # once a sentence, for all its hypotheses
         self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
         self.lp_at_limit = length_penalty(self.max_lengths.float(), alpha)  # [B]
         self.last_step = int(self.max_lengths.max())
@@ -150,8 +149,7 @@ class _Search:
                                                                        NEGATIVE_INFINITY))
         self.alive_tokens.copy_(extended.gather(1, keep.unsqueeze(-1).expand(-1, -1, width)))
         row_offsets = (torch.arange(batch, device=keep.device) * beam).unsqueeze(1)
-        self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1),
-                           within_sentences=True)
+        self.cache.reorder((origins.gather(1, keep) + row_offsets).reshape(-1))
 
         # Early termination: no live hypothesis can beat the best finished one any more.
         bound = self.alive_scores.max(dim=1).values / self.lp_at_limit
@@ -179,8 +177,8 @@ class _Search:
         beam_rows = (rows.unsqueeze(1) * self.beam
                      + torch.arange(self.beam, device=rows.device)).reshape(-1)
         self.sentences = [self.sentences[row] for row in kept]
-        self.encoded = self.encoded.select(beam_rows)
-        self.cache.reorder(beam_rows)
+        self.encoded = self.encoded.select(rows)
+        self.cache.reorder(beam_rows, sentences=rows)
         for name in ("done", "max_lengths", "lp_at_limit", "alive_scores", "alive_tokens",
                      "finished_scores", "finished_tokens"):
             setattr(self, name, getattr(self, name)[rows])

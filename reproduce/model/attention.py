@@ -101,9 +101,8 @@ class _HeadsAttention(nn.Module):
             with sdpa_kernel(PADDED_KERNELS):
                 context = F.scaled_dot_product_attention(
                     q, k, v, attn_mask=mask, is_causal=causal)  # [B, h, Tq, d_v]
-        batch, _, length, _ = context.shape
-        merged = context.transpose(1, 2).reshape(batch, length, self.heads * self.d_v)
-        return self.output(layout.unpad(merged))
+        merged = context.transpose(1, 2).reshape(*layout.padding.shape, self.heads * self.d_v)
+        return self.output(layout.unpad(merged))  # merged [B, Tq, h*d_v] as the layout's batch
 
     def _weights(self, q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """softmax(Q K^T / sqrt(d_k)) under the same masks as ``_attend``: ``[B, h, Tq, Tk]``."""
@@ -222,6 +221,8 @@ class CrossAttention(_HeadsAttention):
         memory_layout: TokenLayout,  # where those M tokens are in the [B, S] source batch
         cache: dict[str, Tensor] | None = None,
     ) -> Tensor:
+        """``layout``'s rows are the source's, or (incremental decoding) a whole number of rows
+        per source sentence, sentence by sentence."""
         if cache is None and self._packs(layout):
             k, v = self.kv(memory).split(self.kv_sizes, dim=-1)  # [M, h*d] each
             context = attend_packed(self._packed_heads(self.query(x), self.d_k),
@@ -229,13 +230,16 @@ class CrossAttention(_HeadsAttention):
                                     self._packed_heads(v, self.d_v), layout, memory_layout, False,
                                     varlen=True)
             return self._output_packed(context)
-        q = self._split(layout.pad(self.query(x)), self.d_k)
         if cache is not None and "keys" in cache:
             k, v = cache["keys"], cache["values"]  # computed once per sentence
         else:
             k, v = self._memory_heads(memory, memory_layout)
             if cache is not None:
                 cache["keys"], cache["values"] = k, v
+        # Rows of x may be several per source sentence, sentence by sentence (beam search's
+        # hypotheses): a sentence's rows query its keys together, which are held once.
+        queries = layout.pad(self.query(x))  # [R, Tq, h*d_k], R = G x B
+        q = self._split(queries.view(k.size(0), -1, queries.size(-1)), self.d_k)  # [B, h, G*Tq, .]
         return self._attend(q, k, v, ~memory_layout.padding[:, None, None, :], False, layout)
 
     def _memory_heads(self, memory: Tensor, memory_layout: TokenLayout) -> tuple[Tensor, Tensor]:

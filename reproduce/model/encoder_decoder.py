@@ -59,14 +59,17 @@ class DecoderCache:
         else:
             self.position += new
 
-    def reorder(self, indices: Tensor, within_sentences: bool = False) -> None:
-        """Keep rows ``indices`` of every cached tensor: the sentences still searching, or
-        beam search's surviving hypotheses, whose rows come from rows of their own sentence
-        (``within_sentences``), so that a :class:`SourceState` stays as it is."""
+    def reorder(self, hypotheses: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep rows ``hypotheses`` of the hypotheses' state (beam search's survivors, or those
+        of the sentences still searching) and, when sentences leave, rows ``sentences`` of the
+        state computed from the source alone (:class:`SourceState`, held once a sentence; None:
+        the hypotheses moved within their sentences)."""
         for layer in self.layers:
             for part in layer.values():
-                if not (within_sentences and isinstance(part, SourceState)):
-                    part.reorder(indices)
+                if not isinstance(part, SourceState):
+                    part.reorder(hypotheses)
+                elif sentences is not None:
+                    part.reorder(sentences)
 
 
 class EncodedSource(Protocol):

@@ -3,7 +3,7 @@ reorders its rows.
 
 * :class:`CachedTensors`: per-hypothesis state (the recurrent decoder's LSTM states);
 * :class:`SourceState`: computed from the source sentence alone (the encoder-decoder
-  attention's keys and values), the same in every hypothesis of a sentence, so that a reorder
+  attention's keys and values), held once a sentence for all its hypotheses, so that a reorder
   of hypotheses within their sentences leaves it as it is;
 * :class:`KeyValues`: a self-attention's keys and values of the decoded prefix, ``[B, h, T, d]``,
   grown by one position a step;

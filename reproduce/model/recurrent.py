@@ -170,8 +170,10 @@ class RecurrentSeq2Seq(EncoderDecoder):
         if cache is not None and cache.layers:
             state = cache.layers[0]["lstm"]
             hidden, cell = state["hidden"], state["cell"]
-        else:
-            hidden, cell = encoded.hidden, encoded.cell  # [B, layers, d]
+        else:  # the bridge's states [B, layers, d], for each of a sentence's rows
+            per_sentence = target_input.size(0) // encoded.hidden.size(0)
+            hidden = encoded.hidden.repeat_interleave(per_sentence, dim=0)
+            cell = encoded.cell.repeat_interleave(per_sentence, dim=0)
         outputs, (hidden, cell) = self.decoder(
             self._embed(target_input, noise), None,
             (hidden.transpose(0, 1), cell.transpose(0, 1)), noise,

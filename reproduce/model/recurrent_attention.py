@@ -41,8 +41,12 @@ class GlobalAttention(nn.Module):
         return torch.softmax(scores, dim=-1)
 
     def forward(self, queries: Tensor, memory: Tensor, keys: Tensor, padding: Tensor) -> Tensor:
-        """Context vectors c_t ``[B, T, d]`` for decoder states ``queries`` ``[B, T, d]``."""
-        return self.weights(queries, keys, padding) @ memory
+        """Context vectors c_t ``[R, T, d]`` for decoder states ``queries`` ``[R, T, d]``: R is
+        B, or a whole number of rows per source sentence, sentence by sentence (beam search's
+        hypotheses), which query the sentence's memory together."""
+        rows, length, _ = queries.shape
+        grouped = queries.reshape(memory.size(0), -1, queries.size(-1))  # [B, G*T, d]
+        return (self.weights(grouped, keys, padding) @ memory).view(rows, length, -1)
 
 
 class MultiplicativeAttention(GlobalAttention):
