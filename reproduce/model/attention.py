@@ -177,10 +177,10 @@ class SelfAttention(_HeadsAttention):
         masked unless ``causal`` (or there are none), plus the band of restricted self-attention."""
         key_padding = None if causal or layout.is_dense else layout.padding
         mask = None if key_padding is None else ~key_padding[:, None, None, :]
-        return self._restrict(mask, causal, length, length, 0, key_padding)
+        return self._restrict(mask, causal, length, key_padding)
 
-    def _restrict(self, mask: Tensor | None, causal: bool, queries: int, keys: int,
-                  offset: int, key_padding: Tensor | None = None) -> tuple[Tensor | None, bool]:
+    def _restrict(self, mask: Tensor | None, causal: bool, length: int,
+                  key_padding: Tensor | None) -> tuple[Tensor | None, bool]:
         """Adds the band of restricted self-attention to ``mask`` (the causal part included,
         as SDPA takes either an explicit mask or ``is_causal``); unchanged without a radius.
 
@@ -189,7 +189,7 @@ class SelfAttention(_HeadsAttention):
         SDPA kernel returns zeros there), padding queries may attend padding keys in their band."""
         if self.radius is None:
             return mask, causal
-        band = band_mask(queries, keys, self.radius, causal, offset, device=self.qkv.weight.device)
+        band = band_mask(length, length, self.radius, causal, device=self.qkv.weight.device)
         if key_padding is not None:
             return band & (~key_padding[:, None, None, :] | key_padding[:, None, :, None]), False
         return (band if mask is None else mask & band), False
