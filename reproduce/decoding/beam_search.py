@@ -15,8 +15,8 @@ alpha >= 0), so a sentence stops as soon as its best finished score is at least 
 All sentences of a batch are decoded together: the loop runs over time steps, never over
 sentences. The encoder runs once, and so do the encoder-decoder keys and values, held once a
 sentence for the ``beam_size`` hypotheses that query them together; the keys and values of the
-prefix are cached per hypothesis (:class:`DecoderCache`). A sentence that is done leaves the batch, so the
-remaining steps compute only for the sentences still searching.
+prefix are cached per hypothesis (:class:`DecoderCache`). A sentence that is done leaves the
+batch, so the remaining steps compute only for the sentences still searching.
 
 Which sentences are done is read on the host only every ``check_every`` steps: a read waits for
 the device to finish every step queued before it, so reading after each step keeps a GPU idle
