@@ -69,7 +69,10 @@ def test_padding_does_not_change_the_outputs_at_real_positions():
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_incremental_decoding_equals_the_full_forward_pass(positional):
+@pytest.mark.parametrize("capacity", [None, 12])
+def test_incremental_decoding_equals_the_full_forward_pass(positional, capacity):
+    """On the growing cache, and (a capacity) on keys and values in buffers of 12 positions,
+    written where the device's position says: the stale positions beyond it never count."""
     model = tiny_model(positional=positional, max_positions=64)
     source = random_tokens(3, 7)
     source[2, 5:] = PAD
@@ -77,8 +80,14 @@ def test_incremental_decoding_equals_the_full_forward_pass(positional):
     full = model(source, target)
     encoded = model.encode(source)
     cache = DecoderCache()
+    if capacity is not None:
+        cache = DecoderCache(capacity=capacity, position=torch.zeros((), dtype=torch.long))
     steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+    if capacity is None:
+        assert cache.length == target.size(1)
+    else:  # counted on the device only
+        assert int(cache.position) == target.size(1) and cache.length == 0
 
 
 def test_a_cached_prefix_of_several_tokens_is_causal_too():
@@ -137,22 +146,6 @@ def test_every_linear_layer_has_xavier_uniform_weights_and_zero_biases():
             assert block.abs().max() > 0.95 * bound, name
             assert block.var().item() == pytest.approx(bound**2 / 3, rel=0.15), name
         assert linear.bias is None or not linear.bias.any(), name
-
-
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_incremental_decoding_on_a_static_cache_equals_the_full_pass(positional):
-    """Keys and values in buffers of 12 positions, written where the device's position says:
-    the stale positions beyond it never count."""
-    model = tiny_model(positional=positional, max_positions=64)
-    source = random_tokens(3, 7)
-    source[2, 5:] = PAD
-    target = torch.cat([torch.full((3, 1), BOS), random_tokens(3, 9, seed=7)], dim=1)
-    full = model(source, target)
-    encoded = model.encode(source)
-    cache = DecoderCache(capacity=12, position=torch.zeros((), dtype=torch.long))
-    steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
-    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
-    assert int(cache.position) == target.size(1) and cache.length == 0
 
 
 @pytest.mark.parametrize("overrides", [{}, {"attention_radius": 2},
