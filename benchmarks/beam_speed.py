@@ -113,9 +113,7 @@ class EndsAtSourceLength:
                cache: DecoderCache | None = None) -> torch.Tensor:
         logits = self.model.decode(target_input, encoded.encoded, cache)
         last = logits[:, -1]
-        # the token these logits choose is the hypothesis' generated-th (counted on the device
-        # where a captured step reads it)
-        generated = cache.length if cache.position is None else cache.position
+        generated = cache.decoded  # the token these logits choose is the hypothesis' generated-th
         raised = last.max(dim=-1).values + EOS_MARGIN
         lengths = encoded.lengths.repeat_interleave(last.size(0) // encoded.lengths.size(0))
         last[:, EOS] = torch.where(lengths.le(generated), raised, last[:, EOS])

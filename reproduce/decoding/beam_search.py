@@ -95,10 +95,10 @@ class _Search:
         self.finished_tokens = torch.full((batch, beam, width), PAD, dtype=torch.long,
                                           device=device)
         self.step = torch.zeros((), dtype=torch.long, device=device)  # steps taken
-        self.cache = DecoderCache()
-        if cuda_graphs:  # static shapes: keys and values in buffers of the batch's most positions
-            self.cache = DecoderCache(capacity=self.last_step,
-                                      position=torch.zeros((), dtype=torch.long, device=device))
+        # cuda_graphs: static shapes, keys and values in buffers of the batch's most positions
+        self.cache = (DecoderCache(capacity=self.last_step,
+                                   position=torch.zeros((), dtype=torch.long, device=device))
+                      if cuda_graphs else DecoderCache())
         self.graphs = StepGraphs(capture=cuda_graphs)
 
     @property

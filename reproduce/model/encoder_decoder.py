@@ -44,12 +44,15 @@ class DecoderCache:
             return KeyValues()
         return StaticKeyValues(self.capacity, self.position)
 
+    @property
+    def decoded(self) -> int | Tensor:
+        """Positions decoded so far: counted on the host, or on the device with a capacity."""
+        return self.length if self.capacity is None else self.position
+
     def new_positions(self, new: int) -> tuple[int | Tensor, int]:
-        """Where ``new`` positions after the decoded ones start (the count on the host, or on
-        the device with a capacity), and a bound that every position stays below."""
-        if self.capacity is None:
-            return self.length, self.length + new
-        return self.position, self.capacity
+        """Where ``new`` positions after the decoded ones start, and a bound that every
+        position stays below."""
+        return self.decoded, self.length + new if self.capacity is None else self.capacity
 
     def advance(self, new: int) -> None:
         """Counts ``new`` positions decoded (on the device with a capacity: a replayed step

@@ -65,8 +65,8 @@ class StaticKeyValues(CachedTensors):
     def reorder(self, indices: Tensor) -> None:
         """Keep rows ``indices``: in place while the row count stays (a captured step reads these
         buffers), in new buffers when sentences leave."""
-        for name, tensor in self.items():
-            if indices.numel() == tensor.size(0):
-                tensor.copy_(tensor.index_select(0, indices))
-            else:
-                self[name] = tensor.index_select(0, indices)
+        if indices.numel() != self["keys"].size(0):
+            super().reorder(indices)
+            return
+        for tensor in self.values():
+            tensor.copy_(tensor.index_select(0, indices))
