@@ -41,7 +41,7 @@ from reproduce.config import Experiment
 from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.training.batching import MicroBatchStream, device_passes
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_speed import write_synthetic_corpus  # noqa: E402 (a sibling script)
@@ -80,7 +80,7 @@ def count_operations(args) -> None:
         variant = _variant(experiment, "base", BASE_WIDTHS,
                            {"steps": 10, "tokens_per_step": args.tokens_per_step,
                             "precision": "fp32", "compile": False})
-        trainer = Trainer(variant, experiment, train, dev, folder / "run")
+        trainer = build_trainer(variant, experiment, train, dev, folder / "run")
         trainer._train_step()  # warm-up: allocations, first shapes
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             outcome = trainer._train_step()
@@ -100,7 +100,7 @@ def measure_speed(args) -> None:
                         "eval_every_steps": 10 * args.steps, "compile": False})
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        summary = Trainer(variant, experiment, args.train, args.dev, Path(scratch)).run()
+        summary = build_trainer(variant, experiment, args.train, args.dev, Path(scratch)).run()
         seconds = time.perf_counter() - started
     passes = summary.get("mean_passes_per_step", "one per micro-batch (8)")
     print(json.dumps({"target_tokens_per_second": round(summary["target_tokens_per_second"]),

@@ -40,7 +40,7 @@ from reproduce.data.encoded import EncodedCorpus
 from reproduce.experiment_file import load_experiment
 from reproduce.training.batching import (PACKED_TOKENS_PER_ROW, MicroBatchStream,
                                          device_passes, pass_shape, round_up)
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_speed import write_synthetic_corpus  # noqa: E402 (a sibling script)
@@ -171,8 +171,8 @@ def count_syncs(args) -> None:
                 "precision": "fp32", "compile": False, "pass_buckets": buckets,
                 "checkpoints": variant.training.checkpoints.model_copy(update={
                     "every_steps": 100})})
-            trainer = Trainer(variant.model_copy(update={"training": training}), experiment,
-                              train, dev, folder / f"run-{buckets}")
+            trainer = build_trainer(variant.model_copy(update={"training": training}), experiment,
+                                    train, dev, folder / f"run-{buckets}")
             for _ in range(2):
                 trainer._train_step().outcome()
             with HostSyncCounter() as step_counter:

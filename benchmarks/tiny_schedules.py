@@ -30,7 +30,7 @@ def train(job: tuple[str, Path, Path]) -> str:
 
     from reproduce.config import deep_merge
     from reproduce.experiment_file import load_experiment
-    from reproduce.training.trainer import Trainer
+    from reproduce.training.assembly import build_trainer
 
     spec, encoded, experiment_file = job
     torch.set_num_threads(1)
@@ -46,8 +46,8 @@ def train(job: tuple[str, Path, Path]) -> str:
     experiment = experiment.model_copy(update={"variants": experiment.variants | {name: edited}})
     variant = experiment.variant(name, int(seed))
     with tempfile.TemporaryDirectory() as scratch:
-        trainer = Trainer(variant, experiment, encoded / "train", encoded / "dev",
-                          Path(scratch) / "run")
+        trainer = build_trainer(variant, experiment, encoded / "train", encoded / "dev",
+                                Path(scratch) / "run")
         started = time.perf_counter()
         trainer.run()
         seconds = time.perf_counter() - started

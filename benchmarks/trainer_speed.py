@@ -49,7 +49,7 @@ from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
 from reproduce.files import read_records, write_json
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from profile_table import profile_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def main() -> None:
                               args.precision, args.tokens_per_step,
                               args.max_tokens_per_device, args.pass_buckets, args.attention,
                               args.cuda_graphs)
-        trainer = Trainer(variant, experiment, train, dev, folder / "run")
+        trainer = build_trainer(variant, experiment, train, dev, folder / "run")
         summary = trainer.run()
         peak_mib = (torch.cuda.max_memory_allocated() / 2**20
                     if trainer.device.type == "cuda" else None)

@@ -30,7 +30,7 @@ from reproduce.training.distributed import TIMEOUT_VARIABLE, collective_timeout
 from reproduce.training.interruption import (STOP_WITH, Interruption, WatchedProcess,
                                              process_to_stop_with)
 from reproduce.training.launch import TrainingJobRefused, launch_training
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from reproduce.training.variant_lock import VariantLock
 from tests.project_copy import copy_workflow
 from tests.slurm_cluster import require_local_slurm
@@ -188,7 +188,7 @@ def _assert_resumed_model(workdir: Path, straight: Path, folder: Path) -> None:
     """The rerun's model is that of an uninterrupted run of the (edited) experiment."""
     variant = load_experiment(workdir / "configs/tiny.yaml").variant("base")
     train, dev = workdir / "results/tiny/encoded/train", workdir / "results/tiny/encoded/dev"
-    Trainer(variant, TINY, train, dev, straight).run()
+    build_trainer(variant, TINY, train, dev, straight).run()
     _assert_same_model(variant, straight, folder)
 
 
@@ -387,7 +387,7 @@ def test_a_lost_rank_ends_the_job_and_the_rerun_resumes(corpora, tmp_path, monke
     steps = _checkpoints_verify(folder) + 3
     launch_training(experiment, small_variant(steps=steps), *corpora, folder, tmp_path,
                     launcher="local", tasks=2)
-    Trainer(small_variant(steps=steps), TINY, *corpora, tmp_path / "straight").run()
+    build_trainer(small_variant(steps=steps), TINY, *corpora, tmp_path / "straight").run()
     _assert_same_model(small_variant(steps=steps), tmp_path / "straight", folder)
 
 

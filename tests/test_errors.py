@@ -51,7 +51,7 @@ INTERNAL_RAISES = {
         "abstract method of the recurrent attention variants",
     ("reproduce/parsing/linearize.py", "delinearize", "ValueError"):
         "a caller's bug: scoring refuses an empty source line before it delinearizes",
-    ("reproduce/training/schedule.py", "learning_rate", "ValueError"):
+    ("reproduce/training/optimizer.py", "learning_rate", "ValueError"):
         "a caller's bug: the trainer counts steps from 1",
     ("reproduce/training/launch.py", "_exit_interrupted", "SystemExit"):
         "ends a trainer stopped by a signal with the shell's exit status for it",

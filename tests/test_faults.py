@@ -29,7 +29,8 @@ from reproduce.decoding.translate import load_model
 from reproduce.training.checkpoints import (CheckpointError, check_room, list_checkpoints,
                                             load_checkpoint, set_aside, sidecar_path)
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import Trainer, checkpoint_bytes
+from reproduce.training.assembly import build_trainer
+from reproduce.training.trainer import checkpoint_bytes
 from reproduce.training.variant_lock import VariantLock, VariantLockedError
 from tests.training_fixtures import TINY, ROOT, corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
@@ -48,7 +49,7 @@ def corpora(tmp_path_factory):
 def straight(corpora, tmp_path_factory):
     """The uninterrupted run every faulty one must end equal to."""
     folder = tmp_path_factory.mktemp("straight")
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     return _model_digest(folder)
 
 
@@ -77,8 +78,8 @@ def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) ->
                 f"small_variant(steps={steps}), Path({str(train)!r}), Path({str(dev)!r}), "
                 f"Path({str(folder)!r}), Path({str(folder)!r}))")
     else:
-        body = (f"from reproduce.training.trainer import Trainer; "
-                f"Trainer(small_variant(steps={steps}), TINY, Path({str(train)!r}), "
+        body = (f"from reproduce.training.assembly import build_trainer; "
+                f"build_trainer(small_variant(steps={steps}), TINY, Path({str(train)!r}), "
                 f"Path({str(dev)!r}), Path({str(folder)!r})).run()")
     script = f"import torch; torch.set_num_threads(1); from pathlib import Path; " \
              f"from tests.training_fixtures import TINY, small_variant; {body}"
@@ -115,7 +116,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
     chooser = random.Random(14)
     steps = 90  # long enough that every kill lands inside training
     long_straight = tmp_path / "long_straight"
-    Trainer(small_variant(steps=steps), TINY, *corpora, long_straight).run()
+    build_trainer(small_variant(steps=steps), TINY, *corpora, long_straight).run()
     folder = tmp_path / "killed"
     for _ in range(3):
         before = _newest_step(folder)
@@ -125,7 +126,7 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
         process.kill()
         process.wait()
     assert not (folder / "train/final.pt").exists() and _newest_step(folder) < steps
-    Trainer(small_variant(steps=steps), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=steps), TINY, *corpora, folder).run()
     assert _model_digest(folder) == _model_digest(long_straight)
     assert _curve(folder) == _curve(long_straight)
 
@@ -160,11 +161,11 @@ def _drop_marker(path):
 def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, straight, tmp_path,
                                                                      damage, caplog):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=9)
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=9)
     newest = list_checkpoints(folder / "checkpoints")[-1]
     assert newest.name == "step_00000009.pt"
     damage(newest)
-    trainer = Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
+    trainer = build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
     assert trainer.step == 6
     assert f"skipping checkpoint {newest}" in caplog.text
     trainer.run()
@@ -173,11 +174,11 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(corpora, st
 
 def test_a_folder_where_no_checkpoint_verifies_is_refused(corpora, tmp_path):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=3)
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=3)
     _empty(list_checkpoints(folder / "checkpoints")[0])
     with pytest.raises(CheckpointError,
                        match=r"none of its 1 checkpoints verifies; start over with .*--restart"):
-        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
+        build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
 
 
 # -- stop signals, parents' death, a second trainer ---------------------------------------------
@@ -201,8 +202,8 @@ def test_sigterm_saves_a_checkpoint_refuses_a_second_trainer_and_resumes_exactly
     assert f"training stopped at step {stopped['step']} (received SIGTERM)" in stderr
     assert "KILLED" in _run_status(folder)
     reference = tmp_path / "reference"
-    Trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, reference).run()
-    Trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, reference).run()
+    build_trainer(small_variant(steps=stopped["step"] + 3), TINY, *corpora, folder).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
@@ -227,7 +228,7 @@ def test_the_pre_timeout_signal_saves_a_checkpoint_and_submitit_requeues(corpora
             and "Requeued job" in log), log[-3000:]
     assert f"resumed from {folder / 'checkpoints'}/step_{int(stop):08d}.pt at step {stop}" in log
     reference = tmp_path / "reference"
-    Trainer(small_variant(steps=steps), TINY, *corpora, reference).run()
+    build_trainer(small_variant(steps=steps), TINY, *corpora, reference).run()
     assert _model_digest(folder) == _model_digest(reference)
 
 
@@ -279,7 +280,7 @@ def test_the_trainer_dies_with_the_job_that_started_it(corpora, tmp_path, killed
 def nine_steps(corpora, tmp_path_factory):
     """A run of small_variant(steps=9), finished (final.pt written)."""
     folder = tmp_path_factory.mktemp("nine")
-    Trainer(small_variant(steps=9), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=9), TINY, *corpora, folder).run()
     return folder
 
 
@@ -303,19 +304,19 @@ def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps
     variant = small_variant(**{"steps": 9} | changes)
     with pytest.raises(CheckpointError,
                        match=named + r".*run `reproduce train` again with --restart"):
-        Trainer(variant, TINY, *corpora, folder)
+        build_trainer(variant, TINY, *corpora, folder)
     if "steps" not in changes:  # decoding refuses a model of other settings too
         with pytest.raises(CheckpointError, match=r"final.pt: trained with other settings"):
             load_model(folder / "train/final.pt", expected_settings=trained_settings(variant, TINY))
     replaced = set_aside(folder)  # what --restart does: the old run moves aside, whole
     assert sorted(p.name for p in replaced.iterdir()) == ["checkpoints", "train"]
-    assert Trainer(variant, TINY, *corpora, folder).step == 0
+    assert build_trainer(variant, TINY, *corpora, folder).step == 0
 
 
 def test_raising_steps_continues_the_run_to_the_uninterrupted_model(corpora, nine_steps, straight,
                                                                     tmp_path):
     folder = _copy(nine_steps, tmp_path / "run")
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     assert _model_digest(folder) == straight
 
 
@@ -375,8 +376,8 @@ def test_an_unwritable_or_small_folder_is_refused_before_training(corpora, tmp_p
     blocker.write_text("")
     with pytest.raises(CheckpointError,
                        match=rf"^{blocker}/variant/checkpoints: not writable \(Not a directory\)$"):
-        Trainer(small_variant(steps=3), TINY, *corpora, blocker / "variant").run()
-    trainer = Trainer(small_variant(steps=3), TINY, *corpora, tmp_path / "variant")
+        build_trainer(small_variant(steps=3), TINY, *corpora, blocker / "variant").run()
+    trainer = build_trainer(small_variant(steps=3), TINY, *corpora, tmp_path / "variant")
     free = 5 * checkpoint_bytes(trainer.model)  # keep_last (5) + 2 are needed
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": free})())
     with pytest.raises(CheckpointError,

@@ -16,7 +16,7 @@ from reproduce.training.batching import MicroBatchStream, collate, device_passes
 from reproduce.training.launch import launch_training
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.test_batching import wmt_like_corpus
 from tests.test_training import _key_bias_masks
 from tests.training_fixtures import TINY, ROOT, random_corpus
@@ -59,7 +59,7 @@ def _assert_same_model(reference, model, config):
 def one_pass(corpora, tmp_path_factory):
     folder = tmp_path_factory.mktemp("one_pass")
     variant = tiny_base(max_tokens_per_device=16384)
-    Trainer(variant, TINY, *corpora, folder).run()
+    build_trainer(variant, TINY, *corpora, folder).run()
     return variant, folder
 
 
@@ -70,7 +70,7 @@ def test_one_rank_makes_one_pass_and_trains_the_model_of_many_small_passes(one_p
     assert summary["mean_passes_per_step"] == 1
     assert summary["mean_target_tokens_per_step"] > 3000
     small = tiny_base(max_tokens_per_device=256)
-    Trainer(small, TINY, *corpora, tmp_path).run()
+    build_trainer(small, TINY, *corpora, tmp_path).run()
     model, many = _trained(tmp_path)
     assert many["mean_passes_per_step"] > 8  # more passes than the step's 8 micro-batches
     _assert_same_model(reference, model, variant.model)

@@ -30,6 +30,7 @@ from reproduce.special_tokens import BOS, PAD
 from reproduce.training import distributed
 from reproduce.training.checkpoints import load_checkpoint
 from reproduce.training.launch import launch_training, local_gpus
+from reproduce.training.assembly import build_trainer
 from reproduce.training.trainer import Trainer
 from tests.test_model import random_tokens, tiny_model
 from tests.test_projected_loss import bf16_autocast_errors
@@ -58,11 +59,11 @@ def _assert_same_model(a, b, config, atol):
 def test_resuming_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     """Eager: the same kernels at every step of both runs (compiled: the next test)."""
     variant = small_variant(steps=12, dropout=0.1, compile=False)
-    straight = Trainer(variant, TINY, *corpora, tmp_path / "straight")
+    straight = build_trainer(variant, TINY, *corpora, tmp_path / "straight")
     assert straight.device.type == "cuda"
     straight.run()
-    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run(stop_after_steps=6)
-    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run()
+    build_trainer(variant, TINY, *corpora, tmp_path / "resumed").run(stop_after_steps=6)
+    build_trainer(variant, TINY, *corpora, tmp_path / "resumed").run()
     a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
     assert all(torch.equal(a[name], b[name]) for name in a)
 
@@ -78,9 +79,9 @@ def test_resuming_compiled_training_on_the_gpu_follows_the_uninterrupted_run(cor
     pass it compiles for, which the resumed run meets at another step than the uninterrupted
     one: the two differ by float summation order, compared one step after the resumption."""
     variant = small_variant(steps=7, dropout=0.1, compile=True)
-    Trainer(variant, TINY, *corpora, tmp_path / "straight").run()
-    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run(stop_after_steps=6)
-    Trainer(variant, TINY, *corpora, tmp_path / "resumed").run()
+    build_trainer(variant, TINY, *corpora, tmp_path / "straight").run()
+    build_trainer(variant, TINY, *corpora, tmp_path / "resumed").run(stop_after_steps=6)
+    build_trainer(variant, TINY, *corpora, tmp_path / "resumed").run()
     _assert_same_model(_final(tmp_path / "straight")["model"],
                        _final(tmp_path / "resumed")["model"], variant.model,
                        atol=COMPILED_RESUME_TOLERANCE)
@@ -92,7 +93,7 @@ def test_bf16_training_follows_fp32(corpora, tmp_path):
     for precision in ("fp32", "bf16"):
         variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision,
                                 compile=False)  # compilation has tests of its own
-        summary = Trainer(variant, TINY, *corpora, tmp_path / precision).run()
+        summary = build_trainer(variant, TINY, *corpora, tmp_path / precision).run()
         losses[precision] = summary["final_train_loss"]
         assert summary["device"] != "cpu"
     assert abs(losses["bf16"] - losses["fp32"]) / losses["fp32"] < 0.05
@@ -104,14 +105,14 @@ def test_fp16_training_with_loss_scaling_follows_fp32(corpora, tmp_path):
     for precision in ("fp32", "fp16"):
         variant = small_variant(steps=30, dropout=0.0, warmup_steps=10, precision=precision,
                                 compile=False)
-        summary = Trainer(variant, TINY, *corpora, tmp_path / precision).run()
+        summary = build_trainer(variant, TINY, *corpora, tmp_path / precision).run()
         losses[precision] = summary["final_train_loss"]
         assert summary["precision"] == precision and summary["device"] != "cpu"
     assert abs(losses["fp16"] - losses["fp32"]) / losses["fp32"] < 0.05
 
 
 def _fp16_trainer_overflowing_at_first(variant, corpora, folder) -> Trainer:
-    trainer = Trainer(variant, TINY, *corpora, folder)
+    trainer = build_trainer(variant, TINY, *corpora, folder)
     update = trainer.optimizer_update
     update.load_state_dict(update.state_dict() | {"scale": 2.0**30})
     return trainer
@@ -125,7 +126,7 @@ def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, t
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "straight").run()
     _fp16_trainer_overflowing_at_first(variant, corpora, tmp_path / "resumed").run(
         stop_after_steps=6)
-    resumed = Trainer(variant, TINY, *corpora, tmp_path / "resumed")
+    resumed = build_trainer(variant, TINY, *corpora, tmp_path / "resumed")
     assert resumed.precision == "fp16" and resumed.optimizer_update.loss_scale < 2.0**30
     resumed.run()
     a, b = _final(tmp_path / "straight")["model"], _final(tmp_path / "resumed")["model"]
@@ -140,8 +141,8 @@ def test_resuming_fp16_on_the_gpu_equals_an_uninterrupted_run_bitwise(corpora, t
 @pytest.mark.gpu
 def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, tmp_path):
     expected = "bf16" if torch.cuda.get_device_capability()[0] >= 8 else "fp16"  # Ampere on
-    summary = Trainer(small_variant(steps=2, dropout=0.0, precision="auto"), TINY, *corpora,
-                      tmp_path).run()
+    summary = build_trainer(small_variant(steps=2, dropout=0.0, precision="auto"), TINY, *corpora,
+                            tmp_path).run()
     assert summary["precision"] == expected
 
 
@@ -149,8 +150,8 @@ def test_auto_trains_in_bf16_where_the_gpu_has_bf16_units_else_in_fp16(corpora, 
 def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
     eager = small_variant(steps=3, dropout=0.0, compile=False)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
-    Trainer(eager, TINY, *corpora, tmp_path / "eager").run()
-    Trainer(compiled, TINY, *corpora, tmp_path / "compiled").run()
+    build_trainer(eager, TINY, *corpora, tmp_path / "eager").run()
+    build_trainer(compiled, TINY, *corpora, tmp_path / "compiled").run()
     _assert_same_model(_final(tmp_path / "eager")["model"], _final(tmp_path / "compiled")["model"],
                        eager.model, atol=1e-4)
 
@@ -296,7 +297,7 @@ def _base_width_variant(steps: int, precision: str, **training):
 def test_every_attention_of_a_cpu_training_step_runs_the_flash_kernel(corpora, tmp_path):
     """On a CPU the chosen kernels (model/attention.py: flash, efficient, math) leave every call
     to flash, masked ones included; the math path would materialise the scores."""
-    trainer = Trainer(small_variant(steps=2, compile=False), TINY, *corpora, tmp_path)
+    trainer = build_trainer(small_variant(steps=2, compile=False), TINY, *corpora, tmp_path)
     calls, kernels = attention_kernels(trainer._train_step)
     # encoder self-, decoder self- and cross-attention in every layer, once per device pass
     assert calls > 0 and calls % (3 * trainer.config.layers) == 0
@@ -310,8 +311,8 @@ def test_a_bf16_training_step_runs_flash_for_causal_and_efficient_for_masked_att
     decoder's self-attention is causal without a mask: flash. Encoder self-attention and
     cross-attention mask padded keys, which flash cannot: the memory-efficient kernel. Never the
     math path (scores materialised) nor cuDNN's (left out: a plan for every new shape)."""
-    trainer = Trainer(_base_width_variant(steps=3, precision="bf16", attention="padded"), TINY,
-                      *corpora, tmp_path)
+    variant = _base_width_variant(steps=3, precision="bf16", attention="padded")
+    trainer = build_trainer(variant, TINY, *corpora, tmp_path)
     trainer._train_step()  # warm-up
     calls, kernels = attention_kernels(trainer._train_step)
     assert calls > 0 and calls % (3 * BASE_WIDTHS["layers"]) == 0
@@ -341,9 +342,9 @@ def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpor
     packed buckets)."""
     for buckets, attention in ((False, "padded"), (True, "padded"), (False, "varlen"),
                                (True, "varlen")):
-        trainer = Trainer(_base_width_variant(steps=10, precision="bf16", pass_buckets=buckets,
-                                              attention=attention),
-                          TINY, *corpora, tmp_path / f"{buckets}-{attention}")
+        variant = _base_width_variant(steps=10, precision="bf16", pass_buckets=buckets,
+                                      attention=attention)
+        trainer = build_trainer(variant, TINY, *corpora, tmp_path / f"{buckets}-{attention}")
         for _ in range(2):  # warm-up: cuBLAS handles, the allocator's pools, Adam's state
             trainer._train_step().outcome()
         torch.cuda.synchronize()
@@ -368,7 +369,7 @@ def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, 
         variant = _base_width_variant(steps=20, precision="bf16", attention=attention)
         variant = variant.model_copy(update={"training": variant.training.model_copy(
             update={"compile": compile_model})})
-        trainer = Trainer(variant, TINY, *corpora, tmp_path / attention)
+        trainer = build_trainer(variant, TINY, *corpora, tmp_path / attention)
         trainer.run()
         losses[attention] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                              if "train_loss" in row]
@@ -387,7 +388,7 @@ def test_packed_buckets_under_varlen_attention_train_as_unbucketed_passes_on_the
     for buckets in (False, True):
         variant = _base_width_variant(steps=20, precision="bf16", attention="varlen",
                                       pass_buckets=buckets)
-        trainer = Trainer(variant, TINY, *corpora, tmp_path / str(buckets))
+        trainer = build_trainer(variant, TINY, *corpora, tmp_path / str(buckets))
         trainer.run()
         losses[buckets] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                            if "train_loss" in row]
@@ -404,7 +405,7 @@ def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(corpor
         variant = _base_width_variant(steps=20, precision="bf16", pass_buckets=True)
         variant = variant.model_copy(update={"training": variant.training.model_copy(
             update={"compile": True, "cuda_graphs": graphs})})
-        trainer = trainers[graphs] = Trainer(variant, TINY, *corpora, tmp_path / str(graphs))
+        trainer = trainers[graphs] = build_trainer(variant, TINY, *corpora, tmp_path / str(graphs))
         assert trainer.passes.graphs is graphs
         trainer.run()
         losses[graphs] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
@@ -432,7 +433,7 @@ def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     distributed.initialise()
     try:
-        trainer = Trainer(variant, TINY, *corpora, folder / "run")
+        trainer = build_trainer(variant, TINY, *corpora, folder / "run")
         reduced = []  # bytes of each bucket all-reduced, in the order they were
 
         def record_bucket(state, bucket):
@@ -453,7 +454,8 @@ def _report_ddp_settings(rank: int, variant, corpora, folder: Path, port: int) -
                 "bucket_sizes": reduced,
                 "bucketed_bytes": logged["total_parameter_size_bytes"],
                 "backend": logged["backend_name"],
-                "parameter_bytes": sum(p.numel() * p.element_size() for p in trainer.parameters),
+                "parameter_bytes": sum(p.numel() * p.element_size()
+                                       for p in trainer.model.parameters()),
             }
             (folder / "ddp.json").write_text(json.dumps(report))
     finally:

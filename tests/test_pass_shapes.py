@@ -20,7 +20,8 @@ from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate
                                          pass_shape)
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
-from reproduce.training.trainer import NonFiniteLossError, Trainer
+from reproduce.training.assembly import build_trainer
+from reproduce.training.trainer import NonFiniteLossError
 from tests.test_batching import wmt_like_corpus
 from tests.test_packed_attention import attend_each_sequence
 from tests.test_training import _key_bias_masks
@@ -172,7 +173,7 @@ def test_a_step_that_neither_logs_nor_saves_does_not_synchronise_with_the_host(c
     for buckets in (False, True):
         variant = small_variant(steps=20, log_every_steps=10, eval_every_steps=10,
                                 pass_buckets=buckets)
-        trainer = Trainer(variant, TINY, *corpora, tmp_path / str(buckets))
+        trainer = build_trainer(variant, TINY, *corpora, tmp_path / str(buckets))
         for _ in range(2):  # warm-up: Adam's state, the first shapes
             trainer._train_step().outcome()
         with step_shapes.HostSyncCounter() as counter:
@@ -203,8 +204,8 @@ def test_training_in_buckets_trains_the_model_of_training_without(corpora, tmp_p
     models = {}
     for buckets in (False, True):
         folder = tmp_path / str(buckets)
-        Trainer(small_variant(steps=6, dropout=0.1, pass_buckets=buckets), TINY, *corpora,
-                folder).run()
+        build_trainer(small_variant(steps=6, dropout=0.1, pass_buckets=buckets), TINY, *corpora,
+                      folder).run()
         models[buckets] = load_checkpoint(folder / "train/final.pt")["model"]
     config = small_variant(steps=6).model
     key_bias = _key_bias_masks(config, models[False])
@@ -218,8 +219,8 @@ def test_a_non_finite_step_read_a_step_late_leaves_the_weights_of_the_step_befor
     """The totals of step 4 (one non-finite gradient, then finite ones; it neither logs nor
     saves) are read once step 5 is queued: step 5 must not be applied either, so the run stops
     with step 3's weights and Adam's moments, nothing saved of steps 4 or 5."""
-    trainer = Trainer(small_variant(steps=9, log_every_steps=9, eval_every_steps=9), TINY,
-                      *corpora, tmp_path)
+    trainer = build_trainer(small_variant(steps=9, log_every_steps=9, eval_every_steps=9), TINY,
+                            *corpora, tmp_path)
     trainer.run(stop_after_steps=3)
     before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
     moments = [state["exp_avg"].clone() for state in trainer.optimizer.state.values()]

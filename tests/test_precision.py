@@ -17,8 +17,9 @@ import reproduce.training.precision as precision_module
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.precision import (LossScaleError, OptimizerUpdate, can_compute_in,
                                           resolve_precision)
-from reproduce.training.schedule import learning_rate
+from reproduce.training.optimizer import learning_rate
 from reproduce.errors import CheckpointError
+from reproduce.training.assembly import build_trainer
 from reproduce.training.trainer import Trainer
 from tests.test_training import _final
 from tests.training_fixtures import TINY, random_corpus, small_variant
@@ -176,7 +177,7 @@ def _curves(folder):
 
 def test_skipped_fp16_updates_are_not_steps(corpora, tmp_path, fp16_on_the_cpu):
     variant = small_variant(steps=4, dropout=0.0)
-    trainer = _starting_at_scale(Trainer(variant, TINY, *corpora, tmp_path), 2.0**24)
+    trainer = _starting_at_scale(build_trainer(variant, TINY, *corpora, tmp_path), 2.0**24)
     summary = trainer.run()
     assert summary["precision"] == "fp16" and summary["steps"] == 4
     assert summary["skipped_steps"] > 0 and trainer.optimizer_update.loss_scale < 2.0**24
@@ -194,10 +195,10 @@ def test_resuming_fp16_with_its_loss_scaler_equals_an_uninterrupted_run_bitwise(
     """The scale starts high, so that the first steps overflow and the scaler's state at the
     interruption is none of its defaults; the resumed run must go on from it."""
     variant = small_variant(steps=8, dropout=0.1)
-    _starting_at_scale(Trainer(variant, TINY, *corpora, tmp_path / "straight"), 2.0**24).run()
-    _starting_at_scale(Trainer(variant, TINY, *corpora, tmp_path / "resumed"),
+    _starting_at_scale(build_trainer(variant, TINY, *corpora, tmp_path / "straight"), 2.0**24).run()
+    _starting_at_scale(build_trainer(variant, TINY, *corpora, tmp_path / "resumed"),
                        2.0**24).run(stop_after_steps=4)
-    resumed = Trainer(variant, TINY, *corpora, tmp_path / "resumed")
+    resumed = build_trainer(variant, TINY, *corpora, tmp_path / "resumed")
     assert resumed.precision == "fp16" and resumed.optimizer_update.loss_scale < 2.0**24
     resumed.run()
     straight, again = _final(tmp_path / "straight"), _final(tmp_path / "resumed")
@@ -220,20 +221,20 @@ def test_an_fp16_run_is_not_resumed_where_it_would_go_on_in_fp32(corpora, tmp_pa
     variant = small_variant(steps=6, dropout=0.0, precision="fp16")
     with monkeypatch.context() as patch:
         patch.setattr(precision_module, "resolve_precision", _fp16)
-        Trainer(variant, TINY, *corpora, tmp_path).run(stop_after_steps=3)
+        build_trainer(variant, TINY, *corpora, tmp_path).run(stop_after_steps=3)
     with pytest.raises(CheckpointError, match=r"step_00000003.pt: the run trains in fp16 "
                        r"\(training.precision: fp16\) and cpu cannot; .*--restart"):
-        Trainer(variant, TINY, *corpora, tmp_path)
+        build_trainer(variant, TINY, *corpora, tmp_path)
 
 
 def test_a_resumed_run_keeps_the_precision_it_started_in(corpora, tmp_path, monkeypatch):
     """``auto`` on a CPU trained in fp32; where it would now pick fp16 (a requeue onto a
     GPU), the run goes on in fp32, and equals a run that never moved."""
     variant = small_variant(steps=6, dropout=0.1, precision="auto")
-    Trainer(variant, TINY, *corpora, tmp_path / "straight").run()
-    Trainer(variant, TINY, *corpora, tmp_path / "moved").run(stop_after_steps=3)
+    build_trainer(variant, TINY, *corpora, tmp_path / "straight").run()
+    build_trainer(variant, TINY, *corpora, tmp_path / "moved").run(stop_after_steps=3)
     monkeypatch.setattr(precision_module, "resolve_precision", _fp16)
-    moved = Trainer(variant, TINY, *corpora, tmp_path / "moved")
+    moved = build_trainer(variant, TINY, *corpora, tmp_path / "moved")
     assert moved.precision == "fp32" and moved.optimizer_update.state_dict() == {}
     summary = moved.run()
     assert summary["precision"] == "fp32"
@@ -245,6 +246,6 @@ def test_the_logged_gradient_norm_is_the_one_before_clipping(corpora, tmp_path):
     norms = {}
     for clip_norm in (None, 1e-3):
         variant = small_variant(steps=1, dropout=0.0, clip_norm=clip_norm, log_every_steps=1)
-        Trainer(variant, TINY, *corpora, tmp_path / str(clip_norm)).run()
+        build_trainer(variant, TINY, *corpora, tmp_path / str(clip_norm)).run()
         norms[clip_norm] = _metrics(tmp_path / str(clip_norm))[0]["grad_norm"]
     assert norms[1e-3] == norms[None] > 1e-3

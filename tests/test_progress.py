@@ -10,7 +10,7 @@ import pytest
 from reproduce.training.checkpoints import latest_good_checkpoint, save_checkpoint
 from reproduce.stage_progress import format_duration
 from reproduce.training.progress import progress_line
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.training_fixtures import TINY, random_corpus, small_variant
 
 LINE = re.compile(r"step (\d+)/(\d+) loss \d+\.\d{4} lr \S+ target tokens/s \d+ steps/s \S+ "
@@ -58,7 +58,8 @@ def _progress_lines(caplog) -> list[re.Match]:
 
 def test_the_training_log_says_elapsed_steps_per_second_and_eta(corpora, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="reproduce.training.trainer")
-    Trainer(small_variant(steps=4, dropout=0.0), TINY, *corpora, tmp_path).run()  # logs every 2
+    variant = small_variant(steps=4, dropout=0.0)  # logs every 2 steps
+    build_trainer(variant, TINY, *corpora, tmp_path).run()
     assert [(match[1], match[2]) for match in _progress_lines(caplog)] == [("2", "4"), ("4", "4")]
     assert _progress_lines(caplog)[-1][4] == "00:00:00"  # nothing left at the last step
     assert float(_progress_lines(caplog)[-1][5]) >= 1  # the passes a rank made per step
@@ -69,12 +70,12 @@ def test_elapsed_counts_the_segments_before_a_resume(corpora, tmp_path, caplog):
     from there; the ETA comes from this segment's rate alone (the run's mean rate would give
     15 days for the 2 steps left after step 4)."""
     variant = small_variant(steps=6, dropout=0.0)
-    Trainer(variant, TINY, *corpora, tmp_path).run(stop_after_steps=3)
+    build_trainer(variant, TINY, *corpora, tmp_path).run(stop_after_steps=3)
     path, state = latest_good_checkpoint(tmp_path / "checkpoints")
     state["totals"]["wall_seconds"] = 30 * 86400.0
     save_checkpoint(state, path)
     caplog.set_level(logging.INFO, logger="reproduce.training.trainer")
-    Trainer(variant, TINY, *corpora, tmp_path).run()
+    build_trainer(variant, TINY, *corpora, tmp_path).run()
     (first, *_) = _progress_lines(caplog)
     assert first[1] == "4" and first[3].startswith("30d 00:")
     assert "d" not in first[4]

@@ -12,7 +12,8 @@ from reproduce.special_tokens import PAD
 from reproduce.training.batching import collate
 from reproduce.training.loss import label_smoothed_loss
 from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk
-from reproduce.training.schedule import learning_rate
+from reproduce.training.optimizer import learning_rate
+from reproduce.training.assembly import build_trainer
 from reproduce.training.trainer import Trainer
 from tests.test_training import _key_bias_masks
 from tests.training_fixtures import TINY, random_corpus, small_variant
@@ -246,8 +247,8 @@ def test_the_trainer_equals_steps_with_the_unfused_loss(corpora, tmp_path, archi
     variant = small_variant(steps=3, dropout=0.0)
     variant = variant.model_copy(
         update={"model": variant.model.model_copy(update={"architecture": architecture})})
-    fused = Trainer(variant, TINY, *corpora, tmp_path / "fused")
-    unfused = Trainer(variant, TINY, *corpora, tmp_path / "unfused")  # same weights, data
+    fused = build_trainer(variant, TINY, *corpora, tmp_path / "fused")
+    unfused = build_trainer(variant, TINY, *corpora, tmp_path / "unfused")  # same weights, data
     fused.run(stop_after_steps=1)
     _unfused_step(unfused, 1)
     for (name, parameter), reference in zip(fused.model.named_parameters(),

@@ -16,7 +16,7 @@ from reproduce.model.recurrent import RecurrentSeq2Seq
 from reproduce.model.transformer import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.checkpoints import load_checkpoint
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.training_fixtures import TINY, random_corpus, small_variant
 
 VOCAB = 40
@@ -161,7 +161,7 @@ def rnn_variant(steps: int, dropout: float, kind: str = "multiplicative", **trai
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_trainer_lowers_the_loss_and_saves_a_model_translate_loads(corpora, tmp_path, kind):
     train, dev = corpora
-    trainer = Trainer(rnn_variant(40, 0.0, kind, warmup_steps=10), TINY, train, dev, tmp_path)
+    trainer = build_trainer(rnn_variant(40, 0.0, kind, warmup_steps=10), TINY, train, dev, tmp_path)
     assert isinstance(trainer.model, RecurrentSeq2Seq) and isinstance(trainer.flops, RecurrentFlops)
     trainer.run()
     rows = [json.loads(line)
@@ -180,10 +180,10 @@ def test_the_trainer_lowers_the_loss_and_saves_a_model_translate_loads(corpora, 
 def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     train, dev = corpora
     variant = rnn_variant(9, 0.1)
-    Trainer(variant, TINY, train, dev, tmp_path / "straight").run()
-    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=5)
+    build_trainer(variant, TINY, train, dev, tmp_path / "straight").run()
+    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=5)
     assert not (tmp_path / "resumed/train/final.pt").exists()
-    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
+    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
     straight = load_checkpoint(tmp_path / "straight/train/final.pt")["model"]
     resumed = load_checkpoint(tmp_path / "resumed/train/final.pt")["model"]
     for name, tensor in straight.items():

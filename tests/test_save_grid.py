@@ -15,7 +15,7 @@ from reproduce.training.checkpoints import (CheckpointError, CheckpointSchedule,
                                             list_checkpoints, load_checkpoint, save_checkpoint,
                                             write_manifest)
 from reproduce.training.interruption import Interruption
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.training_fixtures import TINY, corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
@@ -96,7 +96,7 @@ def _average_through_the_cli(folder):
 
 def test_a_run_stopped_off_the_grid_averages_to_the_uninterrupted_model(corpora, tmp_path):
     straight = tmp_path / "straight"
-    Trainer(_variant(), TINY, *corpora, straight).run()
+    build_trainer(_variant(), TINY, *corpora, straight).run()
 
     # Saved by the wall clock after every step, and sent SIGTERM at step 8.
     stopped = tmp_path / "stopped"
@@ -107,12 +107,12 @@ def test_a_run_stopped_off_the_grid_averages_to_the_uninterrupted_model(corpora,
             os.kill(os.getpid(), signal.SIGTERM)
 
     with interruption.watching((signal.SIGTERM,), parents=False):
-        trainer = Trainer(_variant(every_minutes=1e-9), TINY, *corpora, stopped, on_metrics=stop_at,
-                          interruption=interruption)
+        trainer = build_trainer(_variant(every_minutes=1e-9), TINY, *corpora, stopped,
+                                on_metrics=stop_at, interruption=interruption)
         assert trainer.run() is None
     assert interruption.reason == "received SIGTERM" and trainer.step == STOP_AT
     assert _steps(stopped / "checkpoints") == [3, 6, 8]  # 8 only to resume from
-    Trainer(_variant(every_minutes=1e-9), TINY, *corpora, stopped).run()
+    build_trainer(_variant(every_minutes=1e-9), TINY, *corpora, stopped).run()
 
     assert _steps(stopped / "checkpoints") == _steps(straight / "checkpoints") == [6, 9, 12]
     listed = json.loads((stopped / "train/checkpoints.json").read_text())["checkpoints"]

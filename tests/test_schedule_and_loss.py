@@ -8,7 +8,7 @@ from torch import Tensor
 
 from reproduce.special_tokens import PAD
 from reproduce.training.loss import label_smoothed_loss, negative_log_likelihood
-from reproduce.training.schedule import learning_rate
+from reproduce.training.optimizer import learning_rate
 
 
 def smoothed_target_distribution(targets: Tensor, vocab_size: int, epsilon: float) -> Tensor:

@@ -11,7 +11,7 @@ from reproduce.errors import DataError
 from reproduce.files import read_records
 from reproduce.tables.results import read_training
 from reproduce.tracking import start_variant_run, tracking_uri
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.test_tables import make_experiment
 from tests.training_fixtures import TINY, corpus_pair, small_variant
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
@@ -31,7 +31,7 @@ def corpora(tmp_path_factory):
 @pytest.fixture(scope="module")
 def straight_curve(corpora, tmp_path_factory):
     folder = tmp_path_factory.mktemp("straight")
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     return _curve(folder / "train/metrics.jsonl")
 
 
@@ -44,12 +44,12 @@ def _curve(metrics) -> list:
 def test_a_torn_tail_is_cut_off_and_the_run_resumes_to_the_same_curve(
         corpora, straight_curve, tmp_path, tail, caplog):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
     metrics = folder / "train/metrics.jsonl"
     with metrics.open("ab") as stream:
         stream.write(tail)
     with caplog.at_level(logging.WARNING):
-        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
+        build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
     assert f"{metrics}: its last line" in caplog.text
     assert _curve(metrics) == straight_curve
 
@@ -59,18 +59,18 @@ def test_a_torn_tail_without_a_checkpoint_is_cut_off_before_appending(corpora, s
     metrics = tmp_path / "run/train/metrics.jsonl"
     metrics.parent.mkdir(parents=True)
     metrics.write_bytes(TORN["cut short"])
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, tmp_path / "run").run()
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, tmp_path / "run").run()
     assert _curve(metrics) == straight_curve
 
 
 def test_a_bad_line_before_the_last_is_refused_with_file_and_line(corpora, tmp_path):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
+    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run(stop_after_steps=5)
     metrics = folder / "train/metrics.jsonl"
     lines = metrics.read_bytes().split(b"\n")
     metrics.write_bytes(b"\n".join([lines[0], TORN["cut short"], *lines[1:]]))
     with pytest.raises(DataError) as raised:
-        Trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
+        build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
     message = str(raised.value)
     assert message.startswith(f"{metrics}:2: not a JSON line (") and "\n" not in message
 

@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 from reproduce.averaging import average_checkpoints, average_last
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from tests.training_fixtures import TINY, random_corpus, small_variant
 
 
@@ -27,10 +27,10 @@ def _final(folder):
 def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     train, dev = corpora
     variant = small_variant(steps=12, dropout=0.1)
-    Trainer(variant, TINY, train, dev, tmp_path / "straight").run()
-    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=6)
+    build_trainer(variant, TINY, train, dev, tmp_path / "straight").run()
+    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=6)
     assert not (tmp_path / "resumed/train/final.pt").exists()
-    Trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
+    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
     straight, resumed = _final(tmp_path / "straight"), _final(tmp_path / "resumed")
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
@@ -50,7 +50,8 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
 
 def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     train, dev = corpora
-    Trainer(small_variant(steps=40, dropout=0.0, warmup_steps=10), TINY, train, dev, tmp_path).run()
+    variant = small_variant(steps=40, dropout=0.0, warmup_steps=10)
+    build_trainer(variant, TINY, train, dev, tmp_path).run()
     rows = [json.loads(line)
             for line in (tmp_path / "train/metrics.jsonl").read_text().splitlines()]
     losses = [row["train_loss"] for row in rows if "train_loss" in row]
@@ -195,10 +196,10 @@ def test_torch_compile_trains_the_same_model(corpora, tmp_path):
     train, dev = corpora
     eager = small_variant(steps=3, dropout=0.0)
     compiled = small_variant(steps=3, dropout=0.0, compile=True)
-    Trainer(eager, TINY, train, dev, tmp_path / "eager").run()
+    build_trainer(eager, TINY, train, dev, tmp_path / "eager").run()
     torch._dynamo.reset()
     counters.clear()
-    Trainer(compiled, TINY, train, dev, tmp_path / "compiled").run()
+    build_trainer(compiled, TINY, train, dev, tmp_path / "compiled").run()
     # passes of many sizes, one graph each: the forward, and the loss's chunk function (its
     # loss and gradients from one product: projected_loss.py), traced with symbolic sizes from
     # the first pass on
@@ -218,7 +219,7 @@ def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(
     dev = random_corpus(tmp_path / "dev", 6, seed=2)
     meta = json.loads((train / "meta.json").read_text())
     (train / "meta.json").write_text(json.dumps(meta | {"spm_model_sha256": "ab" * 32}))
-    Trainer(small_variant(steps=6), TINY, train, dev, tmp_path / "run").run()
+    build_trainer(small_variant(steps=6), TINY, train, dev, tmp_path / "run").run()
     average_last(tmp_path / "run/checkpoints", 2, tmp_path / "averaged.pt")
     for path in [*list_checkpoints(tmp_path / "run/checkpoints"), tmp_path / "run/train/final.pt",
                  tmp_path / "averaged.pt"]:

@@ -15,7 +15,8 @@ from reproduce.config import ConfigError
 from reproduce.experiment_file import load_experiment
 from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
-from reproduce.training.trainer import NonFiniteLossError, Trainer
+from reproduce.training.assembly import build_trainer
+from reproduce.training.trainer import NonFiniteLossError
 from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
 from tests.training_fixtures import TINY, ROOT, corpus_pair, small_variant, write_encoded
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
@@ -32,19 +33,19 @@ def corpora(tmp_path_factory):
 @pytest.mark.parametrize("name", ["step_00000006.pt", "step_00000004.pt.sha256"])
 def test_a_folder_where_a_checkpoint_belongs_is_refused_before_training(corpora, tmp_path, name):
     folder = tmp_path / "run"
-    Trainer(small_variant(steps=9), TINY, *corpora, folder).run(stop_after_steps=4)
+    build_trainer(small_variant(steps=9), TINY, *corpora, folder).run(stop_after_steps=4)
     path = folder / "checkpoints" / name
     path.unlink(missing_ok=True)
     path.mkdir()
     with pytest.raises(CheckpointError) as raised:
-        Trainer(small_variant(steps=9), TINY, *corpora, folder)
+        build_trainer(small_variant(steps=9), TINY, *corpora, folder)
     assert str(raised.value) == (f"{path}: a folder where training writes a checkpoint file; "
                                  f"move it out of {folder / 'checkpoints'}")
 
 
 # -- a non-finite loss ---------------------------------------------------------------------------
 def test_a_non_finite_loss_stops_training_at_its_step_unsaved(corpora, tmp_path):
-    trainer = Trainer(small_variant(steps=9, lr_scale=DIVERGING), TINY, *corpora, tmp_path)
+    trainer = build_trainer(small_variant(steps=9, lr_scale=DIVERGING), TINY, *corpora, tmp_path)
     with pytest.raises(NonFiniteLossError) as raised:
         trainer.run()
     assert str(raised.value).startswith("step 2: the training loss is nan (fp32): training "
@@ -59,7 +60,7 @@ def test_an_update_of_a_finite_loss_but_non_finite_gradient_is_never_applied(cor
     """bf16 and fp32 have no loss scaler to find it: the gradient's norm does, and the
     optimizer skips the update on the device. The run stops at that step, its weights and
     Adam's moments those of the step before."""
-    trainer = Trainer(small_variant(steps=9), TINY, *corpora, tmp_path)
+    trainer = build_trainer(small_variant(steps=9), TINY, *corpora, tmp_path)
     trainer.run(stop_after_steps=2)
     before = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
     moments = [state["exp_avg"].clone() for state in trainer.optimizer.state.values()]
@@ -136,11 +137,11 @@ def test_exactly_enough_checkpoints_to_average_are_accepted(tmp_path):
 
 # -- a checkpoint of other data --------------------------------------------------------------------
 def test_resuming_on_a_split_of_another_vocabulary_is_one_line_naming_both(corpora, tmp_path):
-    Trainer(small_variant(steps=9), TINY, *corpora, tmp_path / "run").run(stop_after_steps=3)
+    build_trainer(small_variant(steps=9), TINY, *corpora, tmp_path / "run").run(stop_after_steps=3)
     other = tmp_path / "other"
     write_encoded(other, 33, [([5, 6, 7], [8, 9]), ([10, 11], [12, 13, 14])] * 200)
     with pytest.raises(CheckpointError) as raised:
-        Trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
+        build_trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
     checkpoint = list_checkpoints(tmp_path / "run/checkpoints")[-1]
     assert str(raised.value).startswith(
         f"{other}: 33 pieces, but {checkpoint} was trained with a vocabulary of 40; to start "
@@ -156,12 +157,12 @@ def test_resuming_on_pieces_of_another_sentencepiece_model_is_one_line(corpora, 
         return train
 
     first, other = encoded_with("cd" * 32), encoded_with("ab" * 32)
-    Trainer(small_variant(steps=9), TINY, first, corpora[1], tmp_path / "run").run(
+    build_trainer(small_variant(steps=9), TINY, first, corpora[1], tmp_path / "run").run(
         stop_after_steps=3)
     with pytest.raises(CheckpointError, match=rf"^{other}: made with another sentencepiece "
                        rf"model \(sha256 abababababab\.\.\.\) than {tmp_path}/run/checkpoints/"
                        rf"step_\d+\.pt was trained with \(cdcdcdcdcdcd\.\.\.\); to start over"):
-        Trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
+        build_trainer(small_variant(steps=9), TINY, other, corpora[1], tmp_path / "run")
 
 
 # -- a split the model cannot take ---------------------------------------------------------------
@@ -170,7 +171,8 @@ def test_a_split_whose_every_pair_is_too_long_names_its_folder_the_cause_and_the
     long = tmp_path / "long"
     write_encoded(long, 40, [(list(range(4, 34)), list(range(4, 24)))] * 50)
     with pytest.raises(ConfigError) as raised:
-        Trainer(small_variant(steps=9, max_source_tokens=16), TINY, long, corpora[1], tmp_path)
+        build_trainer(small_variant(steps=9, max_source_tokens=16), TINY, long, corpora[1],
+                      tmp_path)
     assert str(raised.value) == (
         f"{long}: none of its 50 pairs fits the model: 50 are longer than "
         f"training.max_source_tokens = 16 positions per side, the longest 31 with EOS")

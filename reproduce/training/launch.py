@@ -55,7 +55,7 @@ from reproduce.training.interruption import (STOP_SIGNALS, Interruption, Watched
                                              process_to_stop_with, stop_request_path)
 from reproduce.training.preflight import check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
-from reproduce.training.trainer import Trainer
+from reproduce.training.assembly import build_trainer
 from reproduce.training.variant_lock import VariantLock
 
 log = logging.getLogger(__name__)
@@ -121,9 +121,9 @@ class TrainingTask(submitit.helpers.Checkpointable):
                                      self.output_dir, self.experiment.data,
                                      world_size=distributed.world_size())
         try:
-            trainer = Trainer(self.variant, self.experiment, self.train_dir, self.dev_dir,
-                              self.output_dir, on_metrics=run.log_metrics if run else None,
-                              interruption=interruption)
+            trainer = build_trainer(self.variant, self.experiment, self.train_dir, self.dev_dir,
+                                    self.output_dir, on_metrics=run.log_metrics if run else None,
+                                    interruption=interruption)
             if run is not None:
                 run.log_params({"parameters": trainer.model.num_parameters()})
             summary = trainer.run(stop_after_steps=self.stop_after_steps)

@@ -20,7 +20,7 @@ bf16 or fp16 would not be faster there, only less precise.
 The precision used is what checkpoints, ``summary.json`` and the log record.
 
 A skipped update is not a step. ``step`` counts the updates applied, so eq. 3's learning rate
-(``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``, :mod:`reproduce.training.schedule`)
+(``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``, :mod:`reproduce.training.optimizer`)
 is that of the update it is applied to, ``training.steps`` updates are applied whatever the
 precision, and Adam's own count (its bias correction) does not advance either; fairseq counts
 ``num_updates`` the same way. The micro-batches of a skipped update are not trained on again

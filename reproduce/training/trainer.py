@@ -19,10 +19,9 @@ the passes few shapes (:func:`reproduce.training.batching.pass_shape`). Every st
 A pass itself (forward, loss and its gradients; eager or compiled, attention packed or padded)
 is :class:`reproduce.training.pass_runner.PassRunner`'s.
 
-A run resumes from its newest checkpoint that verifies (:mod:`reproduce.training.checkpoints`),
-and only if that checkpoint was trained with the same settings
-(:func:`reproduce.provenance.trained_settings`) and no further than ``training.steps``: raising
-``steps`` continues a run, anything else is refused with the differing keys named. A stop request
+The loop is handed its parts built, a resumed run's state loaded
+(:mod:`reproduce.training.assembly`, which reads the corpora and the checkpoint): raising
+``training.steps`` continues a run, changing anything else is refused. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
 signal, the parent's death) ends the run after the current step, with a checkpoint of that step;
 off the save grid, that checkpoint serves resuming only (:mod:`reproduce.training.checkpoints`),
@@ -50,32 +49,29 @@ import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from reproduce.config import Experiment, ResolvedVariant
+from reproduce.config import ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.errors import CheckpointError, ReproduceError
-from reproduce.model.architectures import build_model
+from reproduce.errors import ReproduceError
 from reproduce.model.dropout import step_key
+from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.model.flops import model_flops
-from reproduce.provenance import (RESTART_HINT, ModelIdentity, Pieces, check_same_pieces,
-                                  check_trained_with, trained_settings)
+from reproduce.provenance import ModelIdentity
 from reproduce.training import distributed, rng_state
 from reproduce.training.batching import (MicroBatchStream, PassShape, StreamPosition, collate,
                                          device_passes, pass_shape)
-from reproduce.training.checkpoints import CheckpointSchedule, check_room, latest_good_checkpoint
+from reproduce.training.checkpoints import CheckpointSchedule, check_room
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from reproduce.training.interruption import Interruption
+from reproduce.training.optimizer import learning_rate, set_learning_rate
 from reproduce.training.pass_runner import PassRunner
-from reproduce.training.precision import OptimizerUpdate, device_name, run_precision
+from reproduce.training.precision import OptimizerUpdate
 from reproduce.training.progress import ThroughputWindow, progress_line
-from reproduce.training.run_records import (MetricsCallback, RunRecords, RunTotals, StepOutcome,
-                                            peak_flops_of)
-from reproduce.training.schedule import learning_rate
+from reproduce.training.run_records import RunRecords, RunTotals, StepOutcome, peak_flops_of
 
 log = logging.getLogger(__name__)
 
@@ -95,58 +91,28 @@ class NonFiniteLossError(ReproduceError, FloatingPointError):
 
 
 class Trainer:
-    def __init__(self, variant: ResolvedVariant, experiment: Experiment, train_dir: Path,
-                 dev_dir: Path, output_dir: Path, on_metrics: MetricsCallback | None = None,
-                 interruption: Interruption | None = None):
-        """``variant`` trained on ``experiment``'s data (its name and what its settings say of
-        the data and BPE: :func:`reproduce.provenance.trained_settings`)."""
-        self.variant, self.dataset = variant, experiment.name
-        self.settings = trained_settings(variant, experiment)
-        self.interruption = interruption or Interruption()
-        self.config, self.training = variant.model, variant.training
-        self.checkpoint_dir = output_dir / "checkpoints"
-        self.restart_hint = RESTART_HINT.format(folder=output_dir)
+    """The loop over one run's steps, handed its parts built (:func:`reproduce.training.assembly.
+    build_trainer`): it reads no file until :meth:`run`."""
+
+    def __init__(self, variant: ResolvedVariant, dataset: str, identity: ModelIdentity,
+                 precision: str, *, stream: MicroBatchStream, dev_corpus: EncodedCorpus,
+                 model: TranslationModel, passes: PassRunner, optimizer_update: OptimizerUpdate,
+                 schedule: CheckpointSchedule, records: RunRecords, interruption: Interruption):
+        """``identity``: what the checkpoints record of the model (settings, pieces);
+        ``precision``: the run's arithmetic, resolved; ``passes`` computes a pass of ``model``."""
+        self.variant, self.dataset, self.identity = variant, dataset, identity
+        self.config, self.training, self.precision = variant.model, variant.training, precision
+        self.stream, self.train_corpus, self.dev_corpus = stream, stream.corpus, dev_corpus
+        self.model, self.passes = model, passes
+        self.optimizer_update, self.optimizer = optimizer_update, optimizer_update.optimizer
+        self.schedule, self.records, self.interruption = schedule, records, interruption
         self.rank, self.world = distributed.rank(), distributed.world_size()
         self.device = distributed.device()
-        self.records = RunRecords(output_dir / "train", on_metrics, writes=self.rank == 0)
-        self.train_corpus = EncodedCorpus.open(train_dir)
-        self.dev_corpus = EncodedCorpus.open(dev_dir)
-        self.pieces = Pieces.of_corpus(self.train_corpus)
-        self.identity = ModelIdentity.of(self.config, self.pieces, self.settings)
-
-        t = self.training  # launch checks that the ranks share a step evenly (_check_partition)
-        path, state = self._checkpoint_to_resume() or (None, {})
-        self.precision = run_precision(t.precision, self.device, state.get("precision"), path,
-                                       self.restart_hint, warn=self.rank == 0)
-        torch.manual_seed(t.seed)  # identical initial weights on every rank
-        self.model = build_model(self.config, self.pieces.size).to(self.device)
-        self.flops = model_flops(self.config, self.pieces.size)
-        # The pass runner wraps the model (checkpoints save the plain model): decoder states,
-        # then the projection fused with the loss and its gradients.
-        self.passes = PassRunner(self.model, t, self.config.label_smoothing, self.device,
-                                 self.precision)
+        self.flops = model_flops(self.config, self.train_corpus.vocab_size)
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
-        self.parameters = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.parameters, lr=0.0,
-                                          betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
-                                          fused=True)
-        self.optimizer_update = OptimizerUpdate(self.optimizer, self.device.type,
-                                                loss_scaling=self.precision == "fp16",
-                                                clip_norm=t.clip_norm)
-        self.stream = MicroBatchStream(self.train_corpus, t.tokens_per_step,
-                                       t.micro_batches_per_step, t.max_source_tokens, t.seed)
-        self.schedule = CheckpointSchedule(self.checkpoint_dir, t.checkpoints.every_steps,
-                                           t.checkpoints.every_minutes, t.checkpoints.keep_last,
-                                           final_step=t.steps)
         self.step = 0
         self.totals = RunTotals()
-        if path is not None:
-            self._resume(path, state)
-        self.records.keep_until(self.step)  # the records after it (all, afresh) are made again
-        if self.rank == 0:
-            log.info("training in %s (training.precision: %s) on %s", self.precision, t.precision,
-                     device_name(self.device))
 
     # -- state ----------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -162,24 +128,9 @@ class Trainer:
             **self.identity.record(),
         }
 
-    def _checkpoint_to_resume(self) -> tuple[Path, dict] | None:
-        """The newest good checkpoint, refused before anything is loaded from it unless it is of
-        this run (settings, pieces) and no further than ``training.steps``; None: start afresh."""
-        found = latest_good_checkpoint(self.checkpoint_dir)
-        if found is None:
-            return None
-        path, state = found
-        check_same_pieces(path, state, self.pieces, self.restart_hint)
-        check_trained_with(path, state, self.settings, self.restart_hint)
-        if state["step"] > self.training.steps:
-            raise CheckpointError(
-                f"{path}: already at step {state['step']}, beyond training.steps = "
-                f"{self.training.steps}; only raising steps continues a run; {self.restart_hint}")
-        return found
-
-    def _resume(self, path: Path, state: dict) -> None:
-        # Loaded on the CPU (the RNG states must stay CPU tensors); parameters and optimizer
-        # moments are copied onto the model's device by load_state_dict.
+    def load_state(self, state: dict) -> None:
+        """Go on from a checkpoint's :meth:`state`, loaded on the CPU (the RNG states must stay
+        CPU tensors): parameters and moments are copied onto the model's device."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer_update.load_state_dict(state["loss_scaler"])
@@ -187,7 +138,6 @@ class Trainer:
         self.stream.seek(StreamPosition(**state["stream_position"]))
         self.totals.load(state)
         rng_state.restore(state["rng"])
-        log.info("resumed from %s at step %d", path, self.step)
 
     # -- loop -----------------------------------------------------------------------------------
     def _step_sizes(self, group: list) -> tuple[int, int, int]:
@@ -222,10 +172,9 @@ class Trainer:
             totals[0] += loss.detach()
         totals[2] += len(batches)
         distributed.all_reduce_sum(totals)
-        lr = learning_rate(attempted, self.config.d_model, self.training.warmup_steps,
-                           self.training.lr_scale)  # eq. 3
-        for group_settings in self.optimizer.param_groups:
-            group_settings["lr"] = lr
+        set_learning_rate(self.optimizer, learning_rate(
+            attempted, self.config.d_model, self.training.warmup_steps,
+            self.training.lr_scale))  # eq. 3
         update = self.optimizer_update.apply()
         if update.applied:  # a non-finite gradient's update is skipped on the device, and stops
             self.step = attempted  # the run when its totals are read (run)
@@ -267,7 +216,7 @@ class Trainer:
         at the end of the step during which a stop was requested (then ``None`` is returned)."""
         t = self.training
         if self.rank == 0:  # the run keeps keep_last checkpoints, writes one more, and final.pt
-            check_room(self.checkpoint_dir, checkpoint_bytes(self.model),
+            check_room(self.schedule.directory, checkpoint_bytes(self.model),
                        t.checkpoints.keep_last + 2)
         last_step = t.steps if stop_after_steps is None else min(t.steps, stop_after_steps)
         # tqdm's rate and ETA count the steps since ``initial``: those of this segment alone.
