@@ -44,13 +44,17 @@ settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
 ``tokens_per_batch``, ``check_every``), ``replaced`` (the settings given on the command line),
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
-``generated_tokens_per_second``; with ``--profile``, ``profile``.
+``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
+``replayed`` as CUDA graphs, graphs ``recorded`` and the host's ``recording_seconds``); with
+``--profile``, ``profile``.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,13 +62,14 @@ import numpy as np
 import torch
 
 from reproduce.experiment_file import load_experiment
+from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
 from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.precision import device_name
-from profile_table import beam_headline, profile_lines
+from profile_table import beam_headline, profile_lines, steps_line
 from trainer_speed import CPU_MODEL, ROOT, profile_runs, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
@@ -120,6 +125,30 @@ class EndsAtSourceLength:
         return logits
 
 
+@contextmanager
+def counting_steps(counts: Counter):
+    """Counts how the search's steps ran, in ``counts``: ``eager``, ``replayed`` (a CUDA graph)
+    and ``recorded`` (graphs), with ``recording_seconds`` the host's time recording them (what
+    ``decoding.cuda_graphs`` pays where a batch's rows change)."""
+    call, record = StepGraphs.__call__, StepGraphs._record
+
+    def counted_call(graphs, step, rows, device):
+        call(graphs, step, rows, device)
+        counts["replayed" if graphs.graph is not None else "eager"] += 1
+
+    def timed_record(graphs, step):
+        started = time.perf_counter()
+        record(graphs, step)
+        counts["recorded"] += 1
+        counts["recording_seconds"] += time.perf_counter() - started
+
+    StepGraphs.__call__, StepGraphs._record = counted_call, timed_record
+    try:
+        yield counts
+    finally:
+        StepGraphs.__call__, StepGraphs._record = call, record
+
+
 def synthetic_sources(sentences: int, vocab: int, seed: int) -> list[str]:
     """``sentences`` lines of random token ids (never a special token) of WMT-like lengths."""
     rng = np.random.default_rng(seed)
@@ -170,9 +199,10 @@ def main() -> None:
     translate_sentences(model, TokenIdText(), sources[:WARM_UP_SENTENCES], decoding, device)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    started = time.perf_counter()
-    translations = translate_sentences(model, TokenIdText(), sources, decoding, device)
-    seconds = time.perf_counter() - started  # the hypotheses are on the host: all computed
+    with counting_steps(Counter()) as steps:
+        started = time.perf_counter()
+        translations = translate_sentences(model, TokenIdText(), sources, decoding, device)
+        seconds = time.perf_counter() - started  # the hypotheses are on the host: all computed
 
     generated = sum(len(line.split()) + 1 for line in translations)  # + EOS
     source_tokens = sum(len(line.split()) + 1 for line in sources)
@@ -189,7 +219,9 @@ def main() -> None:
         "replaced": replaced, "lengths": args.lengths, "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
         "sentences_per_second": len(sources) / seconds,
-        "generated_tokens_per_second": generated / seconds}
+        "generated_tokens_per_second": generated / seconds,
+        "steps": {kind: steps[kind] for kind in ("eager", "replayed", "recorded",
+                                                 "recording_seconds")}}
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
           f"{torch.__version__}, size: {args.size} (N={config.layers}, d_model={config.d_model}), "
           f"vocab {args.vocab}, {decoding.precision}, random weights, {args.lengths} lengths")
@@ -198,6 +230,7 @@ def main() -> None:
           f"sentences and {decoding.max_tokens_per_batch:,} positions a batch, done read every "
           f"{decoding.check_every} steps; {len(sources)} sentences, {source_tokens:,} source "
           f"tokens (EOS included), {generated:,} generated tokens in {seconds:.1f} s")
+    print(steps_line(figures["steps"]))
     print(beam_headline(figures))
     if args.profile:
         batch = sources[:decoding.max_sentences_per_batch]

@@ -48,7 +48,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import attention_table, beam_headline, profile_lines
+from profile_table import attention_table, beam_headline, profile_lines, steps_line
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -388,7 +388,7 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                 f"{figures['generated_tokens']:,} generated tokens in {figures['seconds']:.1f} s:"
                 f" {figures['sentences_per_second']:,.1f} sentences/s, "
                 f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",
-                *_profile(figures)]
+                steps_line(figures["steps"]), *_profile(figures)]
     if kind == "attention":
         return attention_table(figures["rows"])
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "

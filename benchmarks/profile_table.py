@@ -39,6 +39,13 @@ def beam_headline(figures: dict) -> str:
             f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
+def steps_line(steps: dict) -> str:
+    """How ``beam_speed.py``'s search steps ran (its ``steps`` figures)."""
+    return (f"search steps: {steps['eager']:,} eager, {steps['replayed']:,} replayed as CUDA "
+            f"graphs; {steps['recorded']:,} graphs recorded in "
+            f"{steps['recording_seconds']:.2f} s of the host's time")
+
+
 def attention_table(rows: list[dict]) -> list[str]:
     """``varlen_attention.py``'s table of padded against varlen attention (its ``rows``)."""
     lines = ["| pass tokens | size | attention | padded cells / token | padded ms | varlen ms | "

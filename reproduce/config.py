@@ -528,10 +528,11 @@ class DecodingConfig(Strict):
         description="Transformer only: keep the decoder's keys and values in buffers of the "
                     "batch's most positions, so that a step of beam search has static shapes, "
                     "and on a GPU replay each step (decoder and search) as a CUDA graph "
-                    "recorded once per set of rows: one launch instead of hundreds. The same "
-                    "translations. Off until a GPU session has run it (tests/test_gpu.py) and "
-                    "measured it; on a CPU it only costs (attention reads every buffered "
-                    "position).")
+                    "recorded once per set of rows: one launch instead of hundreds; a batch "
+                    "then sheds its done sentences only once they are half its rows (at most "
+                    "log2(sentences) + 1 recordings a batch). The same translations. Off until "
+                    "a GPU session has run it (tests/test_gpu.py) and measured it; on a CPU it "
+                    "only costs (attention reads every buffered position, done rows compute).")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         default="fp32",
         description="The arithmetic of beam search: fp32, or the model's matrix products under "

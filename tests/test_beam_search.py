@@ -9,6 +9,7 @@ from torch import Tensor
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, _Search,
                                             beam_search, length_penalty)
+from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.errors import ConfigError
 from reproduce.model.architectures import Seq2Seq, build_model
 from reproduce.model.encoder_decoder import DecoderCache
@@ -275,6 +276,35 @@ def test_static_shapes_give_the_same_translations(seed, overrides):
         growing = beam_search(model, batch, 4, 0.6, 6, check_every=check_every)
         assert beam_search(model, batch, 4, 0.6, 6, check_every=check_every,
                            cuda_graphs=True) == growing
+
+
+def test_with_cuda_graphs_a_batch_sheds_done_sentences_once_they_are_half_its_rows(monkeypatch):
+    """A recorded step holds for one row count: with ``cuda_graphs`` a batch of 16 sentences that
+    end at many steps keeps its done rows until they are half of them, so its row counts (the
+    graphs it records) each halve at least, where the eager search sheds at every read; both
+    give the same translations."""
+    torch.manual_seed(0)
+    config = ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0)
+    model = build_model(config, VOCAB).eval()
+    with torch.no_grad():
+        model.embedding.weight.mul_(4.0)
+    batch = random_batch(0, 16)
+    seen: list[int] = []
+    call = StepGraphs.__call__
+    monkeypatch.setattr(StepGraphs, "__call__", lambda graphs, step, rows, device: (
+        seen.append(rows), call(graphs, step, rows, device))[1])
+
+    def row_counts(**options) -> tuple[list[list[int]], list[int]]:
+        seen.clear()
+        translations = beam_search(model, batch, 4, 0.6, 6, **options)
+        return translations, list(dict.fromkeys(seen))
+
+    eager, shed_at_every_read = row_counts()
+    graphed, shed_at_half = row_counts(cuda_graphs=True)
+    assert graphed == eager
+    assert len(shed_at_every_read) > len(shed_at_half) > 1
+    assert all(2 * later <= earlier
+               for earlier, later in itertools.pairwise(shed_at_half))
 
 
 def test_static_shapes_are_refused_for_the_recurrent_baseline():

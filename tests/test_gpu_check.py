@@ -128,7 +128,9 @@ BEAM_FIGURES = {"benchmark": "beam_speed", "name": "H100", "size": "base", "beam
                 "alpha": 0.6, "lengths": "trained", "replaced": {"check_every": 8},
                 "sentences": 3003, "source_tokens": 90_000,
                 "generated_tokens": 240_000, "seconds": 73.25, "sentences_per_second": 41.0,
-                "generated_tokens_per_second": 3276.5}
+                "generated_tokens_per_second": 3276.5,
+                "steps": {"eager": 120, "replayed": 2400, "recorded": 60,
+                          "recording_seconds": 1.5}}
 
 
 def _writes(figures: dict, tmp_path: Path) -> str:
@@ -145,6 +147,8 @@ def test_the_report_shows_the_figures_a_step_wrote(tmp_path):
     report = gpu_check.render_report(MACHINE, "gpu", [outcome], 100, 80)
     assert ("trained lengths; 3003 sentences, 90,000 source tokens, 240,000 generated tokens in "
             "73.2 s: 41.0 sentences/s, 3,276 generated tok/s") in report
+    assert ("search steps: 120 eager, 2,400 replayed as CUDA graphs; 60 graphs recorded in "
+            "1.50 s of the host's time") in report
 
 
 def test_figures_that_lack_a_value_count_as_failed_and_an_earlier_runs_are_not_read(tmp_path):

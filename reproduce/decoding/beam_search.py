@@ -25,6 +25,11 @@ its finished hypotheses frozen as they were when it finished (early termination 
 later hypothesis could outrank its best but by a tie in floating point), so that its translation
 is the same whenever it is read; its rows still compute until the next read, which costs a CPU
 time for nothing. The per-step work has no host read of its own.
+
+With ``cuda_graphs`` a step's graph holds only as long as the batch's rows do, and recording one
+costs more than an eager step: the batch then sheds its done sentences only once they are at
+least half its rows (their translations taken when first read), so that a batch of B sentences
+records at most log2(B) + 1 graphs, for at most twice the rows still searching.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class _Search:
         batch, device = source.size(0), source.device
         self.model, self.beam, self.alpha, self.freezes = model, beam, alpha, freezes
         self.sentences = list(range(batch))  # original index of each row, on the host
+        self.taken = [False] * batch  # rows whose translation is taken (done, not yet shed)
+        self.sheds_at_half = cuda_graphs  # see the module's docstring
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.encoded = model.encode(source)  # once a sentence, for all its hypotheses
         self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
@@ -102,13 +109,18 @@ class _Search:
         self.graphs = StepGraphs(capture=cuda_graphs)
 
     @property
-    def size(self) -> int:
+    def rows(self) -> int:
         return len(self.sentences)
+
+    @property
+    def searching(self) -> int:
+        """Sentences whose translation is not taken yet."""
+        return self.taken.count(False)
 
     def advance(self) -> None:
         """One time step for every row; ``done`` then says which sentences are done. A sentence
         done before this step (``freezes``: not yet read) keeps its finished hypotheses."""
-        self.graphs(self._advance, self.size, self.done.device)
+        self.graphs(self._advance, self.rows, self.done.device)
 
     def _advance(self) -> None:
         batch, beam, width = self.alive_tokens.shape
@@ -157,19 +169,21 @@ class _Search:
         self.done |= self.finished_scores[:, 0].ge(bound) | self.max_lengths.le(self.step)
 
     def take_done(self) -> dict[int, list[int]]:
-        """The best hypothesis (token ids, BOS dropped) of each sentence done, by its original
-        index; the others go on alone. One host read, two when a sentence is done."""
+        """The best hypothesis (token ids, BOS dropped) of each sentence done since the last
+        call, by its original index; the batch sheds the done ones (with ``cuda_graphs``, once
+        they are half its rows). One host read, two when a sentence is done."""
         flags = self.done.tolist()
-        rows = [row for row, done in enumerate(flags) if done]
+        rows = [row for row, done in enumerate(flags) if done and not self.taken[row]]
         if not rows:
             return {}
         hypotheses = self.finished_tokens[torch.tensor(rows, device=self.done.device), 0,
                                           1:].tolist()
         taken = {self.sentences[row]: tokens for row, tokens in zip(rows, hypotheses, strict=True)}
-        if len(rows) == len(flags):
-            self.sentences = []  # every sentence done: none left to select
-        else:
-            self.keep([row for row, done in enumerate(flags) if not done])
+        for row in rows:
+            self.taken[row] = True
+        searching = [row for row, done in enumerate(self.taken) if not done]
+        if searching and (not self.sheds_at_half or 2 * len(searching) <= self.rows):
+            self.keep(searching)
         return taken
 
     def keep(self, kept: list[int]) -> None:
@@ -178,6 +192,7 @@ class _Search:
         beam_rows = (rows.unsqueeze(1) * self.beam
                      + torch.arange(self.beam, device=rows.device)).reshape(-1)
         self.sentences = [self.sentences[row] for row in kept]
+        self.taken = [False] * len(kept)
         self.encoded = self.encoded.select(rows)
         self.cache.reorder(beam_rows, sentences=rows)
         for name in ("done", "max_lengths", "lp_at_limit", "alive_scores", "alive_tokens",
@@ -213,6 +228,6 @@ def beam_search(
             continue
         for sentence, tokens in search.take_done().items():
             best[sentence] = [token for token in tokens if token not in (EOS, PAD)]
-        if not search.size:
+        if not search.searching:
             break
     return best
