@@ -316,7 +316,9 @@ def test_edited_settings_are_refused_with_the_differing_keys(corpora, nine_steps
 def test_raising_steps_continues_the_run_to_the_uninterrupted_model(corpora, nine_steps, straight,
                                                                     tmp_path):
     folder = _copy(nine_steps, tmp_path / "run")
-    build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder).run()
+    trainer = build_trainer(small_variant(steps=STEPS), TINY, *corpora, folder)
+    assert trainer.step == 9  # goes on from step 9 (a fresh start would end equal too)
+    trainer.run()
     assert _model_digest(folder) == straight
 
 

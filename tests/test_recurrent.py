@@ -183,7 +183,9 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     build_trainer(variant, TINY, train, dev, tmp_path / "straight").run()
     build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=5)
     assert not (tmp_path / "resumed/train/final.pt").exists()
-    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
+    second = build_trainer(variant, TINY, train, dev, tmp_path / "resumed")
+    assert second.step == 5  # goes on from its checkpoint (a fresh start would end equal too)
+    second.run()
     straight = load_checkpoint(tmp_path / "straight/train/final.pt")["model"]
     resumed = load_checkpoint(tmp_path / "resumed/train/final.pt")["model"]
     for name, tensor in straight.items():

@@ -30,7 +30,9 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     build_trainer(variant, TINY, train, dev, tmp_path / "straight").run()
     build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run(stop_after_steps=6)
     assert not (tmp_path / "resumed/train/final.pt").exists()
-    build_trainer(variant, TINY, train, dev, tmp_path / "resumed").run()
+    second = build_trainer(variant, TINY, train, dev, tmp_path / "resumed")
+    assert second.step == 6  # goes on from its checkpoint (a fresh start would end equal too)
+    second.run()
     straight, resumed = _final(tmp_path / "straight"), _final(tmp_path / "resumed")
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
