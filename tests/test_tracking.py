@@ -416,7 +416,7 @@ def test_a_training_that_crashes_marks_its_run_failed(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("the trainer crashed")
 
-    monkeypatch.setattr("reproduce.training.launch.Trainer", crash)
+    monkeypatch.setattr("reproduce.training.launch.build_trainer", crash)
     with pytest.raises(RuntimeError, match="the trainer crashed"):
         launch_training(experiment, small_variant(steps=6), train, dev, tmp_path / "variant",
                         tmp_path)
