@@ -86,7 +86,6 @@ class _Search:
         self.model, self.beam, self.alpha, self.freezes = model, beam, alpha, freezes
         self.sentences = list(range(batch))  # original index of each row, on the host
         self.taken = [False] * batch  # rows whose translation is taken (done, not yet shed)
-        self.sheds_at_half = cuda_graphs  # see the module's docstring
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.encoded = model.encode(source)  # once a sentence, for all its hypotheses
         self.max_lengths = _max_output_lengths(source, max_length_offset, position_limit)  # [B]
@@ -182,7 +181,8 @@ class _Search:
         for row in rows:
             self.taken[row] = True
         searching = [row for row, done in enumerate(self.taken) if not done]
-        if searching and (not self.sheds_at_half or 2 * len(searching) <= self.rows):
+        # with graphs, once they are half the rows (the module's docstring)
+        if searching and (not self.graphs.capture or 2 * len(searching) <= self.rows):
             self.keep(searching)
         return taken
 

@@ -8,8 +8,8 @@ refused before anything is loaded from it unless it is of this run (the same set
 :func:`reproduce.provenance.trained_settings`, and pieces) and no further than
 ``training.steps``. The parts, in the order the loop meets them: the data (the stream of steps
 over the training corpus, the dev corpus), the model, the pass runner (eager, compiled or
-captured; :mod:`reproduce.training.pass_runner`), the optimizer (:mod:`reproduce.training.
-optimizer`) behind its update (clipping, skipping, fp16's loss scale;
+captured; :mod:`reproduce.training.pass_runner`), the optimizer
+(:mod:`reproduce.training.optimizer`) behind its update (clipping, skipping, fp16's loss scale;
 :mod:`reproduce.training.precision`), the checkpoint schedule and the run's records.
 """
 

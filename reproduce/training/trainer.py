@@ -91,8 +91,8 @@ class NonFiniteLossError(ReproduceError, FloatingPointError):
 
 
 class Trainer:
-    """The loop over one run's steps, handed its parts built (:func:`reproduce.training.assembly.
-    build_trainer`): it reads no file until :meth:`run`."""
+    """The loop over one run's steps, handed its parts built
+    (:func:`reproduce.training.assembly.build_trainer`): it reads no file until :meth:`run`."""
 
     def __init__(self, variant: ResolvedVariant, dataset: str, identity: ModelIdentity,
                  precision: str, *, stream: MicroBatchStream, dev_corpus: EncodedCorpus,
