@@ -114,7 +114,10 @@ def test_kill_9_at_random_points_then_resume_gives_the_uninterrupted_model(corpo
                                                                            tmp_path):
     """Three trainers killed at random moments (mid-step or mid-write), then a fourth finishes."""
     chooser = random.Random(14)
-    steps = 90  # long enough that every kill lands inside training
+    # Long enough that every kill lands inside training: a process lives until its first new
+    # checkpoint (every 3 steps) and up to 0.6 s more, and this machine trains ~60 steps a
+    # second (90 steps were too few for three such lives)
+    steps = 300
     long_straight = tmp_path / "long_straight"
     build_trainer(small_variant(steps=steps), TINY, *corpora, long_straight).run()
     folder = tmp_path / "killed"
