@@ -398,17 +398,24 @@ def test_packed_buckets_under_varlen_attention_train_as_unbucketed_passes_on_the
 
 
 @pytest.mark.gpu
-def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(corpora, tmp_path):
-    """``training.cuda_graphs`` (bucketed passes, compiled): the same logged losses as the
-    compiled passes without graphs, to bf16's rounding, and a warm step replays graphs."""
+@pytest.mark.parametrize("max_tokens_per_device", [256, 4096])  # two passes a step, then one
+def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(
+        corpora, tmp_path, max_tokens_per_device):
+    """``training.cuda_graphs`` (bucketed passes, compiled, the loss in the captured pass): the
+    same logged losses as the compiled passes without graphs, to bf16's rounding, and a warm step
+    replays graphs. With one pass a step the replay's gradients become the parameters' own
+    (``Trainer._hands_gradients_over``); with two the first pass's are added into buffers,
+    since the second replay overwrites the graphs' outputs."""
     losses, trainers = {}, {}
     for graphs in (False, True):
-        variant = _base_width_variant(steps=20, precision="bf16", pass_buckets=True)
+        variant = _base_width_variant(steps=20, precision="bf16", pass_buckets=True,
+                                      max_tokens_per_device=max_tokens_per_device)
         variant = variant.model_copy(update={"training": variant.training.model_copy(
             update={"compile": True, "cuda_graphs": graphs})})
         trainer = trainers[graphs] = build_trainer(variant, TINY, *corpora, tmp_path / str(graphs))
         assert trainer.passes.graphs is graphs
-        trainer.run()
+        passes = trainer.run()["mean_passes_per_step"]
+        assert passes > 1 if max_tokens_per_device == 256 else passes == 1
         losses[graphs] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                           if "train_loss" in row]
     for plain, captured in zip(losses[False], losses[True], strict=True):
@@ -470,7 +477,7 @@ def ddp_settings_of_two_ranks(variant, corpora, folder: Path) -> dict:
     # As reproduce/training/distributed.py configures DDP: torch's 25 MiB buckets, and no search
     # for unused parameters (every parameter has a gradient at every pass; the search would walk
     # the autograd graph every step).
-    assert report["wraps"] == "TeacherForcedStates"
+    assert report["wraps"] == "TeacherForcedLoss"
     assert report["find_unused_parameters"] is False
     assert report["bucket_bytes_cap"] == 25 * 2**20
     # every parameter in a bucket, once (the shared embedding too), and at base widths several

@@ -1,19 +1,24 @@
 """The pass runner (reproduce.training.pass_runner) is built from the settings: which attention,
 whether compiled, whether each pass shape's graph is captured."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from reproduce.model.architectures import build_model
 from reproduce.training.pass_runner import PassRunner
+from reproduce.training.trainer import Trainer
 from tests.training_fixtures import small_variant
 
 
 def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict]]:
     """A runner for ``device`` (built only: compiling is lazy, so a CUDA runner can be built
-    without a GPU), and the keyword arguments torch.compile was called with."""
+    without a GPU), and what torch.compile was called with: the wrapped module's class name and
+    the keyword arguments."""
     calls = []
-    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(
+        {"wraps": type(model).__name__, **kwargs}) or model)
     variant = small_variant(steps=2, **training)
     model = build_model(variant.model, 50)
     return PassRunner(model, variant.training, 0.1, torch.device(device), "bf16"), calls
@@ -32,8 +37,20 @@ def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
         monkeypatch, device, training, compiled, mode, varlen):
     """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets until
     a GPU has run packed buckets; asked for, varlen runs with them); ``cuda_graphs`` captures on
-    GPUs only."""
+    GPUs only. What is compiled (and captured) is the whole pass, the loss and its gradients
+    included."""
     runner, calls = _runner(device, monkeypatch, **training)
     assert runner.compiled is compiled and runner.varlen is varlen
     assert runner.graphs is (mode == "reduce-overhead")
-    assert calls == ([{"mode": mode}] if compiled else [])
+    assert calls == ([{"wraps": "TeacherForcedLoss", "mode": mode}] if compiled else [])
+
+
+@pytest.mark.parametrize(("graphs", "passes", "handed_over"), [
+    (False, 1, True), (False, 3, True), (True, 1, True), (True, 2, False)])
+def test_a_step_hands_its_gradients_over_unless_it_replays_several_captured_passes(
+        graphs, passes, handed_over):
+    """A step starts without gradient buffers (its first backward's gradients become the
+    parameters' own, no kernel), except where several captured passes replay: each replay
+    overwrites the graphs' outputs, the previous pass's gradients among them."""
+    trainer = SimpleNamespace(passes=SimpleNamespace(graphs=graphs))
+    assert Trainer._hands_gradients_over(trainer, passes) is handed_over

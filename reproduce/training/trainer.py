@@ -156,10 +156,10 @@ class Trainer:
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=False)
+        batches = self._collate_passes(group, step_key(self.training.seed, attempted))
+        self.optimizer.zero_grad(set_to_none=self._hands_gradients_over(len(batches)))
         # loss, padded positions, passes: summed on the device, read after the step
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
-        batches = self._collate_passes(group, step_key(self.training.seed, attempted))
         factor = self.world / target_tokens  # each pass's loss: a share of the step's mean
         loss_gradient = self.optimizer_update.loss_gradient(factor, self.device)
         for number, pending in enumerate(batches):
@@ -181,6 +181,13 @@ class Trainer:
         readings = torch.cat([totals, update.not_finite.to(totals.dtype).view(1)])
         return QueuedStep(attempted, update.applied, source_tokens, target_tokens, flops,
                           self.world, readings, update.norm)
+
+    def _hands_gradients_over(self, passes: int) -> bool:
+        """Whether a step of ``passes`` passes starts without gradient buffers, so that its first
+        pass's backward hands its gradients over as they are (no kernel a parameter to add them
+        to zeros); later passes add to them. Not where it replays captured passes and has several:
+        a replay's outputs live in the graphs' memory, which the next replay overwrites."""
+        return not (self.passes.graphs and passes > 1)
 
     def _collate_passes(self, group: list[np.ndarray], key: int) -> list:
         """This rank's micro-batches of the step, fused into passes and collated in the
