@@ -36,7 +36,7 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences``
 
 ``--profile`` then decodes one batch (the set's first ``decoding.max_sentences_per_batch``
 sentences) under torch.profiler (``trainer_speed.profile_runs``): wall and device-busy time,
-kernel launches, the top kernels and host operations.
+kernels run and launches from the host, the top kernels and host operations.
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding

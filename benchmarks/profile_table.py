@@ -12,8 +12,10 @@ def profile_lines(profiled: dict) -> list[str]:
     unit, busy = profiled["unit"], profiled["device_busy_ms"]
     lines = [f"profiled {profiled['runs']} x {unit}: {profiled['wall_ms']:.1f} ms wall a {unit} "
              f"(profiled), device busy "
-             + (f"{busy:.1f} ms a {unit}, {profiled['kernel_launches']:,.0f} kernel launches a "
-                f"{unit}" if busy is not None else "n/a (no CUDA)")]
+             + (f"{busy:.1f} ms a {unit}, {profiled['kernels']:,.0f} kernels run a {unit}, "
+                f"{profiled['host_launches']:,.0f} launches from the host a {unit} "
+                f"({profiled['graph_launches']:,.0f} of them graph replays)"
+                if busy is not None else "n/a (no CUDA)")]
     if profiled["top_kernels"]:
         lines += ["", f"| kernel | ms a {unit} | launches a {unit} |", "|---|---|---|"]
         lines += [f"| `{_short(row['name'])}` | {row['ms']:.2f} | {row['launches']:,.0f} |"

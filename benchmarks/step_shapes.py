@@ -20,8 +20,20 @@ rank) takes two warm-up steps, then a step that neither logs, evaluates nor chec
 under :class:`HostSyncCounter`; then the reading of that step's totals, which the trainer does
 once the next step is queued, runs under it alone.
 
+``launches``: the real trainer, compiled as a GPU runs it with ``training.cuda_graphs`` (the
+pass, loss included, through torch.compile; pass_buckets), one rank, the WMT14 base's
+architecture (6 + 6 layers: its parameter tensors, one by one) at narrow widths, so that this CPU
+compiles and runs it, with the base's batching (25k tokens a step, one pass of at most 32,768)
+and a 37k vocabulary (the loss's chunks). After two warm-up steps, one step that neither logs
+nor checkpoints runs under torch.profiler, which counts the calls of the compiled graphs
+(forward and backward: each one graph replay on a GPU with cuda_graphs) and the ATen operations
+outside them, those that launch work on a GPU: views, allocations and conversions that copy
+nothing are left out. A kernel launch from the host is what each costs there (a multi-tensor
+one such as fused Adam's launches one kernel per few dozen tensors).
+
     .venv/bin/python benchmarks/step_shapes.py shapes
     .venv/bin/python benchmarks/step_shapes.py syncs
+    .venv/bin/python benchmarks/step_shapes.py launches
 """
 
 from __future__ import annotations
@@ -186,6 +198,72 @@ def count_syncs(args) -> None:
                   f"{dict(reading_counter.methods) | dict(reading_counter.operations)}")
 
 
+# ATen operations that launch nothing on a GPU: views and metadata, allocations.
+LAUNCH_FREE = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::alias", "aten::detach",
+    "aten::t", "aten::transpose", "aten::permute", "aten::reshape", "aten::expand",
+    "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::narrow",
+    "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::numpy_T",
+    "aten::lift_fresh", "aten::resolve_conj", "aten::resolve_neg", "aten::result_type",
+    "aten::promote_types", "aten::empty", "aten::empty_strided", "aten::empty_like"})
+# Profiler ranges of compiled code: what a GPU replays as one captured graph each.
+COMPILED_GRAPH = "## Call CompiledFxGraph"
+
+
+def _outside_compiled_graphs(event) -> bool:
+    """Whether a profiler event is an ATen operation called from Python or autograd, not from
+    inside another operation nor from a compiled graph."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(("aten::", COMPILED_GRAPH)):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
+def _launches(event) -> bool:
+    """Whether an ATen operation launches work on a GPU: not a view nor an allocation, and a
+    conversion (``to``) only where it copies."""
+    if event.name in LAUNCH_FREE:
+        return False
+    if event.name == "aten::to":
+        return any(child.name == "aten::_to_copy" for child in event.cpu_children)
+    return True
+
+
+def count_launches(args) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    variant = experiment.variant("base")
+    narrow = {"d_model": 32, "d_ff": 64, "heads": 8, "d_k": 4, "d_v": 4}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        train = write_synthetic_corpus(folder / "train", 20_000, 37_000, seed=0)
+        dev = write_synthetic_corpus(folder / "dev", 50, 37_000, seed=1)
+        training = variant.training.model_copy(update={
+            "steps": 100, "log_every_steps": 100, "eval_every_steps": 100, "precision": "fp32",
+            "compile": True, "pass_buckets": True, "cuda_graphs": True,
+            "checkpoints": variant.training.checkpoints.model_copy(update={"every_steps": 100})})
+        variant = variant.model_copy(update={"model": variant.model.model_copy(update=narrow),
+                                             "training": training})
+        trainer = build_trainer(variant, experiment, train, dev, folder / "run")
+        for _ in range(2):
+            trainer._train_step().outcome()
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            trainer._train_step()
+    events = profiler.events()
+    graphs = sum(event.name.startswith(COMPILED_GRAPH) for event in events)
+    outside = Counter(event.name for event in events if event.name.startswith("aten::")
+                      and _outside_compiled_graphs(event) and _launches(event))
+    parameters = sum(1 for _ in trainer.model.parameters())
+    print(f"base's architecture (6 + 6 layers, {parameters} parameter tensors), compiled, "
+          f"pass_buckets, one pass a step: a step calls {graphs} compiled graphs and "
+          f"{sum(outside.values())} ATen operations outside them that launch work on a GPU")
+    for name, count in outside.most_common():
+        print(f"  {count:4d} {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,8 +273,10 @@ def main() -> None:
     shapes.add_argument("--steps", type=int, default=1000)
     shapes.add_argument("--max-tokens", type=int, help="default: the WMT14 configs'")
     commands.add_parser("syncs", help="host synchronisations of a real trainer step")
+    commands.add_parser("launches", help="compiled graphs and other operations of a step")
     args = parser.parse_args()
-    {"shapes": measure_shapes, "syncs": count_syncs}[args.command](args)
+    {"shapes": measure_shapes, "syncs": count_syncs,
+     "launches": count_launches}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes
 
 ``--profile K`` then profiles K more steps of the trained (warm, compiled where asked) trainer
 with torch.profiler: the wall time of a profiled step, the device's busy time (its kernels' time
-summed) and kernel launches per step, the kernels that take the most device time and the host
-operations that take the most host time; where an unprofiled step's wall time is far above the
+summed), the kernels it ran and the launches the host made per step (a CUDA graph's replay is one
+launch), the kernels that take the most device time and the host operations that take the most
+host time; where an unprofiled step's wall time is far above the
 device's busy time, the host is the bottleneck.
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
@@ -35,7 +36,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +56,9 @@ from profile_table import profile_lines
 ROOT = Path(__file__).resolve().parents[1]
 CPU_MODEL = {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "d_k": 64, "d_v": 64}
 TOP_KERNELS, TOP_HOST_OPS = 15, 10
+# The CUDA runtime and driver calls by which the host launches work on the GPU.
+HOST_LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                           "cuLaunchKernelEx", "cudaGraphLaunch"})
 
 
 def short_device_name(device: str) -> str:
@@ -184,9 +188,10 @@ def main() -> None:
 
 def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) -> dict:
     """``runs`` calls of ``run`` (a training step, a batch's decoding) under torch.profiler:
-    per call (``unit``), the wall time, the device's kernel time and launches (None without
-    CUDA), the kernels with the most device time and the host operations with the most host
-    time of their own."""
+    per call (``unit``), the wall time; on a GPU (else None) the device's kernel time, the
+    kernels it ran, and the launches the host made (:data:`HOST_LAUNCHES`: a captured graph's
+    replay is one launch, whatever kernels it runs), graph replays among them; the kernels with
+    the most device time and the host operations with the most host time of their own."""
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     synchronize()
@@ -197,16 +202,21 @@ def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) ->
         synchronize()
     wall = time.perf_counter() - started
     kernels = defaultdict(lambda: [0.0, 0])  # name -> [microseconds, launches]
+    launches = Counter()  # the host's launch calls, by name
     for event in profiler.events():
         if event.device_type == DeviceType.CUDA:
             kernels[event.name][0] += event.device_time_total
             kernels[event.name][1] += 1
+        elif event.name in HOST_LAUNCHES:
+            launches[event.name] += 1
     busy = sum(time_us for time_us, _ in kernels.values())
     host = sorted(profiler.key_averages(), key=lambda op: op.self_cpu_time_total, reverse=True)
     return {
         "unit": unit, "runs": runs, "wall_ms": 1e3 * wall / runs,
         "device_busy_ms": busy / 1e3 / runs if cuda else None,
-        "kernel_launches": sum(n for _, n in kernels.values()) / runs if cuda else None,
+        "kernels": sum(n for _, n in kernels.values()) / runs if cuda else None,
+        "host_launches": sum(launches.values()) / runs if cuda else None,
+        "graph_launches": launches["cudaGraphLaunch"] / runs if cuda else None,
         "top_kernels": [{"name": name, "ms": time_us / 1e3 / runs, "launches": launches / runs}
                         for name, (time_us, launches) in sorted(
                             kernels.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]],
