@@ -231,6 +231,15 @@ def _launches(event) -> bool:
     return True
 
 
+def compiled_graphs_and_launches(events) -> tuple[int, Counter]:
+    """Among torch.profiler's ``events``: the calls of compiled graphs, and the ATen operations
+    outside them that launch work on a GPU, by name."""
+    graphs = sum(event.name.startswith(COMPILED_GRAPH) for event in events)
+    outside = Counter(event.name for event in events if event.name.startswith("aten::")
+                      and _outside_compiled_graphs(event) and _launches(event))
+    return graphs, outside
+
+
 def count_launches(args) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -252,10 +261,7 @@ def count_launches(args) -> None:
             trainer._train_step().outcome()
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             trainer._train_step()
-    events = profiler.events()
-    graphs = sum(event.name.startswith(COMPILED_GRAPH) for event in events)
-    outside = Counter(event.name for event in events if event.name.startswith("aten::")
-                      and _outside_compiled_graphs(event) and _launches(event))
+    graphs, outside = compiled_graphs_and_launches(profiler.events())
     parameters = sum(1 for _ in trainer.model.parameters())
     print(f"base's architecture (6 + 6 layers, {parameters} parameter tensors), compiled, "
           f"pass_buckets, one pass a step: a step calls {graphs} compiled graphs and "

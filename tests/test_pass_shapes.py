@@ -310,3 +310,24 @@ def test_packed_pass_shapes_are_few_and_hold_their_passes(tmp_path):
         computed += 2 * shape.tokens
     assert len(shapes) <= 8, sorted(shapes, key=lambda shape: (shape.rows, shape.tokens))
     assert 1 - real / computed < 0.05
+
+
+def test_the_launch_count_sees_compiled_graphs_and_what_runs_outside_them():
+    """``step_shapes.py launches``' count: a compiled call is one graph, whatever it runs
+    inside; outside, operations that compute or copy count once each (a conversion only where
+    it copies), views and allocations not at all."""
+    from torch.profiler import ProfilerActivity, profile
+
+    compiled = torch.compile(lambda x: (x * 2).sin().sum(dim=0))
+    tensor = torch.arange(6.0)
+    compiled(tensor)  # compiled before the profile
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        compiled(tensor)
+        tensor.view(2, 3).t()
+        torch.empty(3)
+        tensor.to(torch.float32)  # already float32: no copy
+        tensor.to(torch.float64)
+        tensor + 1
+    graphs, outside = step_shapes.compiled_graphs_and_launches(profiler.events())
+    assert graphs == 1
+    assert outside == {"aten::to": 1, "aten::add": 1}
