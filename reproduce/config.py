@@ -240,6 +240,14 @@ class ModelConfig(Strict):
         default=0.0, ge=0, lt=1,
         description="Dropout on attention weights: not in the paper's text (tensor2tensor's "
                     "base used 0.0).")
+    dropout_noise: Literal["fmix32-16"] = Field(
+        default="fmix32-16",
+        description="How dropout draws its noise, the one scheme of this code "
+                    "(reproduce/model/dropout.py): each mask bit a hash of (seed, step, pair, "
+                    "side, position, site, feature), splitmix64 per token on the host, then "
+                    "MurmurHash3's fmix32 per unit, kept where its top 16 bits reach P_drop x "
+                    "2^16. A trained setting, so that a checkpoint whose noise was drawn "
+                    "otherwise (another version of the code) is not resumed as this run's.")
     label_smoothing: float = Field(
         default=0.1, ge=0, lt=1,
         description="eps_ls: the probability mass label smoothing spreads over the non-padding "

@@ -3,10 +3,13 @@
 steps, tokens and features), the same for a token in whichever pass it is computed, and the same
 hash on the host and on the device."""
 
+import hashlib
+
 import numpy as np
 import pytest
 import torch
 
+from reproduce.config import ModelConfig
 from reproduce.model.architectures import build_model
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.dropout import (AttentionDropout, TokenDropout, keep_mask, mix32,
@@ -44,6 +47,26 @@ def test_the_device_hash_is_the_host_hash_bit_for_bit():
     assert mix32_host(np.array([1, 0xFFFFFFFF], dtype=np.uint32)).tolist() == [0x514E28B7,
                                                                                  0x81F16F39]
     assert int(mix_host(np.array([0x9E3779B97F4A7C15], dtype=np.uint64))[0]) == 0xE220A8397B1DCDAF
+
+
+# The bits of each named noise scheme (model.dropout_noise) on the case of the test below.
+SCHEME_BITS = {"fmix32-16": "561a7a7fd2eeb5d652b042a07a89455e2badd58af72b78399ebb75cb53280855"}
+
+
+def test_the_noise_is_the_bits_its_scheme_is_named_for():
+    """The trained settings name the noise scheme, so that a run drawn with another is not
+    resumed as this one: a change of the noise's bits must come with a new name (and here, its
+    bits). The masks of a token site and an attention site for a few tokens of step 7."""
+    keys = torch.from_numpy(token_keys(step_key(1, 7), np.arange(5), np.array([3, 2, 4, 1, 6]),
+                                       side=1))
+    site = TokenDropout(0.1, 24)
+    site.set_site(5)
+    tokens = site(torch.ones(len(keys), 24), keys).ne(0)
+    attention = AttentionDropout(0.1)
+    attention.set_site(9)
+    weights = attention(torch.ones(2, 3, 4, 5), keys[:8].view(2, 4)).ne(0)
+    bits = np.packbits(torch.cat([tokens.flatten(), weights.flatten()]).numpy())
+    assert hashlib.sha256(bits.tobytes()).hexdigest() == SCHEME_BITS[ModelConfig().dropout_noise]
 
 
 @pytest.mark.parametrize("p", [0.0, 2**-16, 0.1, 0.3, 0.5, 0.7, 1 - 2**-16])

@@ -24,6 +24,10 @@ instruction, int64 in several (on one CPU thread the 64-bit hash took 5 times as
 tiny model's training step). Under ``torch.compile`` the hash fuses into one kernel per site that
 reads ``N + d`` keys; in eager mode it is a dozen element-wise integer kernels.
 
+The scheme has a name in the trained settings (``model.dropout_noise``), and a test pins its bits
+to that name: a change of the hash is a new name, under which a checkpoint drawn with the old one
+is not resumed.
+
 Without keys (a module called on its own in training mode) a site draws random keys from torch's
 generator: the noise is then right in distribution but not tied to the token.
 """
