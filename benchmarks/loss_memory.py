@@ -10,8 +10,8 @@ N / (1 - padding) positions. Each (path, N) runs in a fresh process so that peak
 on a CPU the peak is the process's peak resident set (``ru_maxrss``) minus what it held once
 its inputs were built; on a GPU ``torch.cuda.max_memory_allocated`` minus the memory allocated
 before the pass (``--bf16``: under bf16 autocast, as the trainer runs). ``--compile``: the chunked
-loss through ``torch.compile``, its chunks as many whatever the tokens, as the trainer's compiled
-pass runs it (the first pass, which compiles, gives the peak; the later ones the time).
+path's element-wise work through ``torch.compile``, as the trainer runs it where it compiles (the
+first pass, which compiles, gives the peak; the later ones the time).
 
     .venv/bin/python benchmarks/loss_memory.py
 
@@ -63,9 +63,6 @@ def _inputs(tokens: int, padding: float, d_model: int, vocab: int, device: torch
             targets.view(batch, LENGTH).to(device))
 
 
-_COMPILED_LOSS = torch.compile(projected_label_smoothed_loss)
-
-
 def _pass(path: str, states, weight, targets, bf16: bool, compiled: bool) -> None:
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         if path == "unfused":
@@ -74,10 +71,8 @@ def _pass(path: str, states, weight, targets, bf16: bool, compiled: bool) -> Non
             real = targets.ne(PAD)
             announced = (torch.ones((), device=states.device) if path == "gradient-with-loss"
                          else None)
-            chunked = _COMPILED_LOSS if compiled else projected_label_smoothed_loss
-            chunks = -(-int(real.sum()) // rows_per_chunk(weight.size(0)))
-            loss, _ = chunked(states[real], weight, targets[real], EPSILON, chunks=chunks,
-                              gradient_scale=announced)
+            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], EPSILON,
+                                                    compiled=compiled, gradient_scale=announced)
     loss.backward()
     states.grad = weight.grad = None
 
@@ -126,7 +121,7 @@ def main() -> None:
                         help="timed passes after the first (median kept)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast (GPUs)")
     parser.add_argument("--compile", action="store_true",
-                        help="the chunked paths compiled (as GPUs train)")
+                        help="the chunked path's element-wise work compiled (as GPUs train)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "TOKENS"), help=argparse.SUPPRESS)
     args = parser.parse_args()

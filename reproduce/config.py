@@ -408,19 +408,18 @@ class TrainingConfig(Strict):
                     "gradients, which 5 clips more rarely).")
     compile: Literal[True, False, "auto"] = Field(
         default="auto",
-        description="Compile a training pass, the model's forward and backward and the loss "
-                    "with its gradients, with torch.compile: auto = on GPUs (where it pays: "
-                    "fewer kernel launches, the dropout hash fused), eager on CPUs (compiling "
-                    "costs more than it saves there). The weights do not depend on it beyond "
-                    "float summation order.")
+        description="Compile the model's forward and backward, and the loss's element-wise "
+                    "work, with torch.compile: auto = on GPUs (where it pays: fewer kernel "
+                    "launches, the dropout hash fused), eager on CPUs (compiling costs more than "
+                    "it saves there). The weights do not depend on it beyond float summation "
+                    "order.")
     cuda_graphs: bool = Field(
         default=False,
-        description="On GPUs, replay each pass shape's compiled pass (forward, loss and "
-                    "backward) as CUDA graphs (torch.compile's reduce-overhead mode: a graph "
-                    "recorded once per shape, then one launch where there were hundreds), for a "
-                    "host that cannot launch kernels as fast as the GPU runs them. Needs compile "
-                    "and pass_buckets (a few shapes, each recorded once); changes nothing on "
-                    "CPUs. "
+        description="On GPUs, replay each pass shape's compiled forward and backward as CUDA "
+                    "graphs (torch.compile's reduce-overhead mode: a graph recorded once per "
+                    "shape, then one launch where there were hundreds), for a host that cannot "
+                    "launch kernels as fast as the GPU runs them. Needs compile and "
+                    "pass_buckets (a few shapes, each recorded once); changes nothing on CPUs. "
                     "Off until a GPU has run its tests and measured it (BENCHMARKS.md).")
 
     attention: Literal["auto", "padded", "varlen"] = Field(

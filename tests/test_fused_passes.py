@@ -14,7 +14,8 @@ from reproduce.model.architectures import build_model
 from reproduce.model.dropout import step_key
 from reproduce.training.batching import MicroBatchStream, collate, device_passes
 from reproduce.training.launch import launch_training
-from reproduce.training.teacher_forcing import TeacherForcedLoss
+from reproduce.training.projected_loss import projected_label_smoothed_loss
+from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.assembly import build_trainer
 from tests.test_batching import wmt_like_corpus
 from tests.test_training import _key_bias_masks
@@ -90,51 +91,51 @@ def test_two_ranks_train_the_model_of_one_rank_in_one_pass(one_pass, corpora, tm
     _assert_same_model(_trained(folder)[0], model, variant.model)
 
 
-def _loss_of_a_pass(model: TeacherForcedLoss, batch, loss_gradient=None) -> torch.Tensor:
-    return model(batch.source, batch.target_input, batch.source_index, batch.target_index,
-                 batch.source_noise, batch.target_noise, batch.target_output, batch.target_weight,
-                 loss_gradient)
+def _loss_of_a_pass(model: TeacherForcedStates, batch, label_smoothing: float,
+                    compiled_chunks: bool = False) -> torch.Tensor:
+    states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
+                   batch.source_noise, batch.target_noise)
+    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight,
+                                            batch.target_tokens(), label_smoothing,
+                                            compiled=compiled_chunks)
+    return loss
 
 
-@pytest.mark.parametrize("announced", [False, True])
+@pytest.mark.parametrize("compiled_chunks", [False, True])
 @pytest.mark.parametrize("attention_dropout", [0.0, 0.1])
 def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention_dropout,
-                                                              announced):
+                                                              compiled_chunks):
     """``fullgraph=True`` refuses any graph break: a boolean-mask index, ``.item()``,
     ``.tolist()`` or ``nonzero`` in the forward pass or the loss would be one (and a host
-    synchronisation on a GPU). AOTAutograd traces the backward pass too, and the loss's
-    gradients where they are computed with it (the loss gradient announced, as the trainer
-    does)."""
+    synchronisation on a GPU). AOTAutograd traces the backward pass too. The loss's own
+    compiled chunk functions (``compiled=True``, as the trainer runs them outside the compiled
+    forward) are traced into the enclosing graph as well."""
     variant = tiny_base(max_tokens_per_device=4096)
     config = variant.model.model_copy(update={"attention_dropout": attention_dropout})
     corpus = EncodedCorpus.open(corpora[0])
     torch.manual_seed(0)
-    model = TeacherForcedLoss(build_model(config, corpus.vocab_size), config.label_smoothing,
-                              4096).train()
+    model = TeacherForcedStates(build_model(config, corpus.vocab_size)).train()
     batch = collate(corpus, np.arange(64), multiple=8, step_key=step_key(1, 1))
-    gradient = torch.tensor(1.0) if announced else None
     compiled = torch.compile(_loss_of_a_pass, fullgraph=True, backend="aot_eager")
-    loss = compiled(model, batch, gradient)
+    loss = compiled(model, batch, config.label_smoothing, compiled_chunks)
     loss.backward()
-    assert torch.allclose(loss, _loss_of_a_pass(model, batch), rtol=1e-5)
-    assert model.states.model.embedding.weight.grad.abs().sum() > 0
+    assert torch.allclose(loss, _loss_of_a_pass(model, batch, config.label_smoothing), rtol=1e-5)
+    assert model.model.embedding.weight.grad.abs().sum() > 0
 
 
 def test_recompiles_stay_bounded_over_hundreds_of_steps_of_wmt_length_data(tmp_path):
     """Batch sizes and widths vary from pass to pass; widths are rounded to pad_to_multiple and
     torch.compile makes the sizes dynamic after its first recompile, so a few graphs serve every
-    pass, the loss's chunks included: as many whatever the pass's tokens (counted on dynamo's
-    eager backend: the graphs, not the kernels, are what recompiles)."""
+    pass (counted on dynamo's eager backend: the graphs, not the kernels, are what recompiles)."""
     corpus = wmt_like_corpus(tmp_path / "wmt", 3000, seed=1)
     variant = tiny_base(max_tokens_per_device=2048)
     config = variant.model.model_copy(update={"layers": 1, "d_model": 16, "d_ff": 32,
                                               "heads": 2, "d_k": 8, "d_v": 8})
     torch.manual_seed(0)
-    model = TeacherForcedLoss(build_model(config, corpus.vocab_size), config.label_smoothing,
-                              2048).train()
+    model = TeacherForcedStates(build_model(config, corpus.vocab_size)).train()
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    forward = torch.compile(_loss_of_a_pass, backend="eager")
+    forward = torch.compile(model, backend="eager")
     stream = MicroBatchStream(corpus, 3000, 8, 256, seed=1)
     shapes = set()
     with torch.no_grad():
@@ -143,7 +144,8 @@ def test_recompiles_stay_bounded_over_hundreds_of_steps_of_wmt_length_data(tmp_p
             for indices in device_passes(share, corpus, 2048):
                 batch = collate(corpus, indices, multiple=8, step_key=step_key(1, step))
                 shapes.add((tuple(batch.source.shape), tuple(batch.target_input.shape)))
-                forward(model, batch)
+                forward(batch.source, batch.target_input, batch.source_index, batch.target_index,
+                        batch.source_noise, batch.target_noise)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert len(shapes) > 100  # the passes really vary
     assert graphs <= 4, graphs  # 3 on torch 2.13

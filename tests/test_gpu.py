@@ -401,9 +401,9 @@ def test_packed_buckets_under_varlen_attention_train_as_unbucketed_passes_on_the
 @pytest.mark.parametrize("max_tokens_per_device", [256, 4096])  # two passes a step, then one
 def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(
         corpora, tmp_path, max_tokens_per_device):
-    """``training.cuda_graphs`` (bucketed passes, compiled, the loss in the captured pass): the
-    same logged losses as the compiled passes without graphs, to bf16's rounding, and a warm step
-    replays graphs. With one pass a step the replay's gradients become the parameters' own
+    """``training.cuda_graphs`` (bucketed passes, compiled): the same logged losses as the
+    compiled passes without graphs, to bf16's rounding, and a warm step replays graphs. With one
+    pass a step the replay's gradients become the parameters' own
     (``Trainer._hands_gradients_over``); with two the first pass's are added into buffers,
     since the second replay overwrites the graphs' outputs."""
     losses, trainers = {}, {}
@@ -477,7 +477,7 @@ def ddp_settings_of_two_ranks(variant, corpora, folder: Path) -> dict:
     # As reproduce/training/distributed.py configures DDP: torch's 25 MiB buckets, and no search
     # for unused parameters (every parameter has a gradient at every pass; the search would walk
     # the autograd graph every step).
-    assert report["wraps"] == "TeacherForcedLoss"
+    assert report["wraps"] == "TeacherForcedStates"
     assert report["find_unused_parameters"] is False
     assert report["bucket_bytes_cap"] == 25 * 2**20
     # every parameter in a bucket, once (the shared embedding too), and at base widths several

@@ -14,11 +14,9 @@ from tests.training_fixtures import small_variant
 
 def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict]]:
     """A runner for ``device`` (built only: compiling is lazy, so a CUDA runner can be built
-    without a GPU), and what torch.compile was called with: the wrapped module's class name and
-    the keyword arguments."""
+    without a GPU), and the keyword arguments torch.compile was called with."""
     calls = []
-    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(
-        {"wraps": type(model).__name__, **kwargs}) or model)
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
     variant = small_variant(steps=2, **training)
     model = build_model(variant.model, 50)
     return PassRunner(model, variant.training, 0.1, torch.device(device), "bf16"), calls
@@ -37,12 +35,11 @@ def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
         monkeypatch, device, training, compiled, mode, varlen):
     """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets until
     a GPU has run packed buckets; asked for, varlen runs with them); ``cuda_graphs`` captures on
-    GPUs only. What is compiled (and captured) is the whole pass, the loss and its gradients
-    included."""
+    GPUs only."""
     runner, calls = _runner(device, monkeypatch, **training)
     assert runner.compiled is compiled and runner.varlen is varlen
     assert runner.graphs is (mode == "reduce-overhead")
-    assert calls == ([{"wraps": "TeacherForcedLoss", "mode": mode}] if compiled else [])
+    assert calls == ([{"mode": mode}] if compiled else [])
 
 
 @pytest.mark.parametrize(("graphs", "passes", "handed_over"), [

@@ -103,33 +103,27 @@ def test_the_loss_gradient_the_trainer_announces_is_the_one_backward_brings():
 
 
 @pytest.mark.slow
-def test_compiled_in_a_fixed_number_of_chunks_the_loss_is_traced_once_for_any_rows():
-    """A compiled training pass fixes the number of chunks (``chunks``), so that its token count
-    stays symbolic: one graph serves every N (14, 11 and 9 rows in 4 chunks of 2 to 4 rows), and
-    the loss and gradients are those of the eager chunks, with the gradients computed in the
-    backward pass or, announced, with the loss."""
+def test_the_compiled_chunks_compute_the_same_loss_and_gradients_through_one_graph_each():
+    """``compiled`` (the trainer's torch.compile) traces each chunk function once, whatever the
+    chunk's rows: N = 14 in chunks of 4 leaves a last chunk of 2, and a second call has other N."""
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(projected_label_smoothed_loss, fullgraph=True, dynamic=True)
-    for seed, rows in ((2, 14), (3, 11), (4, 9)):
-        states, weight, _ = _case(seed=seed)
-        generator = torch.Generator().manual_seed(seed)
-        real = torch.zeros(BATCH, LENGTH, dtype=torch.bool)
-        real.view(-1)[torch.randperm(BATCH * LENGTH, generator=generator)[:rows]] = True
-        targets = torch.randint(1, VOCAB, (BATCH, LENGTH), generator=generator)
-        for announced in (None, torch.tensor(1.0, dtype=torch.float64)):
-            expected, _ = projected_label_smoothed_loss(states[real], weight, targets[real], 0.1,
-                                                        chunk_rows=4)
-            expected_gradients = torch.autograd.grad(expected, (states, weight))
-            loss, count = compiled(states[real], weight, targets[real], 0.1, chunks=4,
-                                   gradient_scale=announced)
-            assert count == rows
-            assert torch.allclose(loss, expected, rtol=0, atol=1e-12)
-            for gradient, reference in zip(torch.autograd.grad(loss, (states, weight)),
-                                           expected_gradients, strict=True):
-                assert torch.allclose(gradient, reference, rtol=0, atol=1e-12)
-    # one graph for the gradients in the backward pass, one for them with the loss
-    assert counters["stats"]["unique_graphs"] == 2
+    for seed, rows in ((2, 4), (3, 5)):
+        states, weight, targets = _case(seed=seed)
+        real = targets.ne(PAD)
+        losses, gradients = [], []
+        announced = torch.tensor(1.0, dtype=torch.float64)
+        for compiled, early in ((False, None), (True, None), (True, announced)):
+            loss, _ = projected_label_smoothed_loss(states[real], weight, targets[real], 0.1,
+                                                    rows, compiled=compiled, gradient_scale=early)
+            losses.append(loss)
+            gradients.append(torch.autograd.grad(loss, (states, weight)))
+        for loss, (grad_states, grad_weight) in zip(losses[1:], gradients[1:], strict=True):
+            assert torch.allclose(loss, losses[0], rtol=0, atol=1e-12)
+            assert torch.allclose(grad_states, gradients[0][0], rtol=0, atol=1e-12)
+            assert torch.allclose(grad_weight, gradients[0][1], rtol=0, atol=1e-12)
+    # the forward's chunk terms, the backward's gradient, and both from one product
+    assert counters["stats"]["unique_graphs"] == 3
 
 
 def test_the_smoothed_loss_of_one_row_by_hand():

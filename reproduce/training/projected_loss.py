@@ -29,15 +29,15 @@ Without autocast everything runs in the inputs' dtype, at least fp32 (float64 st
 Eager, a chunk's element-wise work (the upcast, log-sum-exp and expected logit; in the backward
 pass, softmax minus q) is a dozen kernels that each read and write the chunk's fp32 logits: on an
 H200 the loss took 30.8 ms of a base step's 106.6 ms of device time, its products included.
-Compiled, the loss is traced with the training pass it ends
-(:class:`reproduce.training.teacher_forcing.TeacherForcedLoss`), so that its element-wise work
-fuses into a few kernels that read each product's output once and a captured pass holds the loss
-too. There the pass's token count is symbolic, and a loop over ``ceil(N / rows)`` chunks would
-make torch.compile specialise on it (a graph per token count): the caller fixes the number of
-chunks instead (``chunks``), each of about ``N / chunks`` rows.
+``compiled`` (the trainer's ``training.compile``) runs a chunk's product and element-wise work
+through ``torch.compile``, which fuses the latter into a few kernels that read the product's
+output once; the chunk's row count is symbolic, so that the last, shorter chunk reuses the same
+kernels.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import Tensor
@@ -55,16 +55,15 @@ def rows_per_chunk(vocab_size: int) -> int:
 
 
 def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tensor, epsilon: float,
-                                  chunk_rows: int | None = None, chunks: int | None = None,
+                                  chunk_rows: int | None = None, compiled: bool = False,
                                   token_weight: Tensor | None = None,
                                   gradient_scale: Tensor | None = None) -> tuple[Tensor, int]:
     """Summed label-smoothed loss of ``F.linear(states, weight)`` and the number of targets, as
     :func:`reproduce.training.loss.label_smoothed_loss` returns them for unpadded targets.
 
     states ``[N, d]``, weight ``[V, d]`` (the shared embedding), targets ``[N]``: target tokens
-    only (a PAD target would be scored as a token). The rows are computed ``chunk_rows`` at a
-    time (by default :func:`rows_per_chunk`), or in ``chunks`` near-equal chunks whatever ``N``
-    (a compiled pass's). ``token_weight`` ``[N]``: each row's loss times it (a bucketed
+    only (a PAD target would be scored as a token). ``compiled``: each chunk's element-wise work
+    through ``torch.compile``. ``token_weight`` ``[N]``: each row's loss times it (a bucketed
     pass's dummy tokens: 0, so that neither the loss nor a gradient sees them); the count is
     of the rows given.
 
@@ -76,11 +75,10 @@ def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tenso
     over ``gradient_scale`` (exactly 1 when it is the one announced), so they stay right if it
     is not.
     """
-    if chunks is None:
-        rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
-        chunks = -(-states.size(0) // rows)
-    loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, chunks,
-                                       _projection_dtype(states, weight), gradient_scale)
+    rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
+    loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, rows,
+                                       _projection_dtype(states, weight), compiled,
+                                       gradient_scale)
     return loss, targets.numel()
 
 
@@ -96,7 +94,7 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
 class _ChunkedProjectedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, token_weight: Tensor | None,
-                epsilon: float, chunks: int, dtype: torch.dtype,
+                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool,
                 gradient_scale: Tensor | None) -> Tensor:
         # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
         with torch.autocast(states.device.type, enabled=False):
@@ -106,19 +104,23 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
             early = gradient_scale is not None and any(ctx.needs_input_grad[:2])
             if early:
                 scale = gradient_scale.to(accumulate)
+                terms = _compiled(_chunk_terms_and_gradient) if compiled else \
+                    _chunk_terms_and_gradient
                 gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
+            else:
+                terms = _compiled(_chunk_terms) if compiled else _chunk_terms
             total = torch.zeros((), dtype=accumulate, device=states.device)
             log_normalisers = torch.empty(states.size(0), dtype=accumulate,
                                           device=states.device)  # [N]
-            for rows in _chunks(states.size(0), chunks):
-                chunk = states[rows], targets[rows]
+            for rows in _chunks(states.size(0), chunk_rows):
+                chunk = _rows_dynamic(compiled, states[rows], targets[rows])
                 if early:
-                    log_normalisers[rows], expected, grad_logits = _chunk_terms_and_gradient(
+                    log_normalisers[rows], expected, grad_logits = terms(
                         *chunk, projection, smoothing, accumulate,
-                        _row_scale(scale, token_weight, rows))  # [c], [c], [c, V]
+                        _row_scale(scale, token_weight, rows, compiled))  # [c], [c], [c, V]
                     gradients.add(grad_logits, rows, states, projection)
                 else:
-                    log_normalisers[rows], expected = _chunk_terms(
+                    log_normalisers[rows], expected = terms(
                         *chunk, projection, smoothing, accumulate)  # [c], [c]
                 losses = log_normalisers[rows] - expected
                 if token_weight is not None:
@@ -129,7 +131,8 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
         else:
             ctx.gradients = None
             ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
-            ctx.epsilon, ctx.chunks, ctx.dtype = epsilon, chunks, dtype
+            ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
+            ctx.compiled = compiled
         return total
 
     @staticmethod
@@ -137,19 +140,22 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor):
         if ctx.gradients is not None:  # computed in the forward pass, for ctx.gradient_scale
             factor = grad_loss.to(ctx.gradient_scale.dtype) / ctx.gradient_scale
-            return (*ctx.gradients.result(factor), None, None, None, None, None, None)
+            return (*ctx.gradients.result(factor), None, None, None, None, None, None, None)
         states, weight, targets, log_normalisers, token_weight = ctx.saved_tensors
         with torch.autocast(states.device.type, enabled=False):
             projection = weight.to(ctx.dtype)
             smoothing = _Smoothing(ctx.epsilon, weight.size(0))
+            gradient_of = _compiled(_logit_gradient) if ctx.compiled else _logit_gradient
             scale = grad_loss.to(log_normalisers.dtype)
             gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
-            for rows in _chunks(states.size(0), ctx.chunks):
-                grad_logits = _logit_gradient(
-                    states[rows], log_normalisers[rows], targets[rows], projection, smoothing,
-                    _row_scale(scale, token_weight, rows))  # [c, V]
+            for rows in _chunks(states.size(0), ctx.chunk_rows):
+                grad_logits = gradient_of(
+                    *_rows_dynamic(ctx.compiled, states[rows], log_normalisers[rows],
+                                   targets[rows]),
+                    projection, smoothing,
+                    _row_scale(scale, token_weight, rows, ctx.compiled))  # [c, V]
                 gradients.add(grad_logits, rows, states, projection)
-        return (*gradients.result(), None, None, None, None, None, None)
+        return (*gradients.result(), None, None, None, None, None, None, None)
 
 
 class _Gradients:
@@ -179,11 +185,12 @@ class _Gradients:
         return states, None if weight is None else weight.to(self.weight_dtype)
 
 
-def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice) -> Tensor:
+def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice,
+               compiled: bool) -> Tensor:
     """The gradient's factor for a chunk's rows: ``scale``, or ``[c, 1]`` with each row's weight."""
     if token_weight is None:
         return scale
-    return (scale * token_weight[rows].to(scale.dtype)).unsqueeze(1)
+    return _rows_dynamic(compiled, (scale * token_weight[rows].to(scale.dtype)).unsqueeze(1))[0]
 
 
 def _chunk_terms(states: Tensor, targets: Tensor, projection: Tensor, smoothing: "_Smoothing",
@@ -221,6 +228,26 @@ def _logit_gradient(states: Tensor, log_normalisers: Tensor, targets: Tensor,
     return gradient.mul_(scale).to(projection.dtype)
 
 
+@functools.cache
+def _compiled(function):
+    """``function`` through ``torch.compile``, once per process."""
+    return torch.compile(function)
+
+
+def _rows_dynamic(compiled: bool, *tensors: Tensor) -> tuple[Tensor, ...]:
+    """The tensors of a chunk, their first size (the chunk's rows) marked, for a ``compiled``
+    chunk function, as one that changes: it is traced once for any number of rows. Inside an
+    enclosing compiled region (the loss traced with the forward) that trace owns the sizes, and
+    marking them there is an error. Eager, nothing is marked, and torch._dynamo (a second of
+    imports) is never loaded."""
+    if compiled and not torch.compiler.is_compiling():
+        from torch._dynamo import maybe_mark_dynamic
+
+        for tensor in tensors:
+            maybe_mark_dynamic(tensor, 0)
+    return tensors
+
+
 class _Smoothing:
     """The smoothed target distribution q of section 5.4, applied to a chunk of logits."""
 
@@ -251,11 +278,8 @@ class _Smoothing:
         return gradient
 
 
-def _chunks(count: int, chunks: int) -> list[slice]:
-    """``range(count)`` cut into ``chunks`` slices, in order, whose sizes differ by one at most
-    (none empty unless ``count < chunks``); ``count`` may be symbolic."""
-    return [slice(number * count // chunks, (number + 1) * count // chunks)
-            for number in range(chunks)]
+def _chunks(count: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, count)) for start in range(0, count, size)]
 
 
 def _log_sum_exp_(logits: Tensor) -> Tensor:

@@ -1,16 +1,14 @@
-"""The training pass as one module call, for DistributedDataParallel, torch.compile and CUDA
-graphs to wrap: a model's teacher-forced decoder states at the target tokens
-(:class:`TeacherForcedStates`), then the pre-softmax projection fused with the label-smoothed
-loss, whose gradients it computes along (:class:`TeacherForcedLoss`;
-:mod:`reproduce.training.projected_loss`). The tokens' flat positions come from the collate step
-(host-side, so the compiled graph has no data-dependent ``nonzero``;
-:mod:`reproduce.model.token_layout`), and so do the tokens' dropout keys
-(:mod:`reproduce.model.dropout`).
+"""The training forward pass: a model's teacher-forced decoder states at the target tokens,
+before the pre-softmax projection, as one module call for DistributedDataParallel and
+torch.compile to wrap. The tokens' flat positions come from the collate step (host-side, so the
+compiled graph has no data-dependent ``nonzero``; :mod:`reproduce.model.token_layout`), and so
+do the tokens' dropout keys (:mod:`reproduce.model.dropout`).
 
-The loss belongs to the wrapped call so that a compiled pass fuses its element-wise work and a
-captured pass holds its kernels too. The shared embedding matrix is used twice in it (lookup and
-projection); DistributedDataParallel's gradient hooks fire on each parameter's gradient
-accumulator, which autograd runs once per backward pass with every use's contribution summed.
+The projection and the loss run outside it, fused
+(:mod:`reproduce.training.projected_loss`), with the model's shared embedding matrix. That use
+of a parameter outside the wrapped call still reaches DistributedDataParallel's gradient hooks:
+they fire on each parameter's gradient accumulator, which autograd runs once per backward pass
+with every use's contribution summed (the embedding lookup's and the projection's alike).
 
 Every pass has sizes of its own (sentences, widths, token counts). Compiled, the call is traced
 once with those sizes symbolic (:func:`mark_pass_sizes_dynamic`): torch.compile would otherwise
@@ -23,7 +21,6 @@ from torch import Tensor, nn
 
 from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.model.token_layout import TokenLayout
-from reproduce.training.projected_loss import projected_label_smoothed_loss, rows_per_chunk
 
 
 class TeacherForcedStates(nn.Module):
@@ -45,37 +42,6 @@ class TeacherForcedStates(nn.Module):
         return self.model.target_token_states(
             target_input, encoded,
             TokenLayout.of(target_input, target_index, target_noise, varlen))
-
-
-class TeacherForcedLoss(nn.Module):
-    """``forward(source, target_input, source_index, target_index, source_noise, target_noise,
-    target_output [B, T], target_weight [N] | None, loss_gradient)`` -> the pass's summed
-    label-smoothed loss (a 0-d tensor), its gradients computed with it for the
-    ``loss_gradient`` that the backward pass will bring
-    (:func:`reproduce.training.projected_loss.projected_label_smoothed_loss`).
-
-    The loss's rows are cut into a number of chunks fixed for the run: those that keep a chunk of
-    ``max_tokens`` rows (a full pass) within the loss's memory bound. A compiled pass's token
-    count is then free to change without a new graph."""
-
-    def __init__(self, model: TranslationModel, label_smoothing: float, max_tokens: int,
-                 varlen_attention: bool = False):
-        super().__init__()
-        self.states = TeacherForcedStates(model, varlen_attention)
-        self.label_smoothing = label_smoothing
-        self.chunks = -(-max_tokens // rows_per_chunk(model.embedding.num_embeddings))
-
-    def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,
-                target_index: Tensor, source_noise: Tensor | None, target_noise: Tensor | None,
-                target_output: Tensor, target_weight: Tensor | None,
-                loss_gradient: Tensor) -> Tensor:
-        states = self.states(source, target_input, source_index, target_index, source_noise,
-                             target_noise)  # [N, d] at the target tokens
-        targets = target_output.reshape(-1).index_select(0, target_index)  # [N]
-        loss, _ = projected_label_smoothed_loss(
-            states, self.states.model.embedding.weight, targets, self.label_smoothing,
-            chunks=self.chunks, token_weight=target_weight, gradient_scale=loss_gradient)
-        return loss
 
 
 def mark_pass_sizes_dynamic(*tensors: Tensor | None) -> None:
