@@ -232,9 +232,11 @@ def _launches(event) -> bool:
 
 
 def compiled_graphs_and_launches(events) -> tuple[int, Counter]:
-    """Among torch.profiler's ``events``: the calls of compiled graphs, and the ATen operations
-    outside them that launch work on a GPU, by name."""
-    graphs = sum(event.name.startswith(COMPILED_GRAPH) for event in events)
+    """Among torch.profiler's ``events``: the calls of compiled graphs (not those that one of them
+    makes: a captured graph holds them), and the ATen operations outside them that launch work on
+    a GPU, by name."""
+    graphs = sum(event.name.startswith(COMPILED_GRAPH) and _outside_compiled_graphs(event)
+                 for event in events)
     outside = Counter(event.name for event in events if event.name.startswith("aten::")
                       and _outside_compiled_graphs(event) and _launches(event))
     return graphs, outside

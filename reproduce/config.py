@@ -415,8 +415,8 @@ class TrainingConfig(Strict):
                     "order.")
     cuda_graphs: bool = Field(
         default=False,
-        description="On GPUs, replay each pass shape's compiled forward and backward as CUDA "
-                    "graphs (torch.compile's reduce-overhead mode: a graph recorded once per "
+        description="On GPUs, replay each pass shape's compiled forward, loss and backward as "
+                    "CUDA graphs (torch.compile's reduce-overhead mode: a graph recorded once per "
                     "shape, then one launch where there were hundreds), for a host that cannot "
                     "launch kernels as fast as the GPU runs them. Needs compile and "
                     "pass_buckets (a few shapes, each recorded once); changes nothing on CPUs. "

@@ -15,7 +15,7 @@ from reproduce.model.dropout import step_key
 from reproduce.training.batching import MicroBatchStream, collate, device_passes
 from reproduce.training.launch import launch_training
 from reproduce.training.projected_loss import projected_label_smoothed_loss
-from reproduce.training.teacher_forcing import TeacherForcedStates
+from reproduce.training.teacher_forcing import TeacherForcedLoss, TeacherForcedStates
 from reproduce.training.assembly import build_trainer
 from tests.test_batching import wmt_like_corpus
 from tests.test_training import _key_bias_masks
@@ -121,6 +121,31 @@ def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention
     loss.backward()
     assert torch.allclose(loss, _loss_of_a_pass(model, batch, config.label_smoothing), rtol=1e-5)
     assert model.model.embedding.weight.grad.abs().sum() > 0
+
+
+def test_with_cuda_graphs_the_loss_joins_the_compiled_pass_in_one_graph(corpora):
+    """``training.cuda_graphs``' pass (:class:`TeacherForcedLoss`): forward, then the loss with
+    its gradients for the loss gradient announced, in one graph with no break, so that a CUDA
+    graph recorded around it holds the loss too; the same loss and gradients as eager."""
+    variant = tiny_base(max_tokens_per_device=4096)
+    corpus = EncodedCorpus.open(corpora[0])
+    torch.manual_seed(0)
+    model = TeacherForcedLoss(build_model(variant.model, corpus.vocab_size),
+                              variant.model.label_smoothing).train()
+    batch = collate(corpus, np.arange(64), multiple=8, step_key=step_key(1, 1))
+    inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
+              batch.source_noise, batch.target_noise, batch.target_output, batch.target_weight,
+              torch.tensor(0.25))
+    weight = model.states.model.embedding.weight
+    losses, gradients = [], []
+    for call in (model, torch.compile(model, fullgraph=True, backend="aot_eager")):
+        loss = call(*inputs)
+        (loss * 0.25).backward()
+        losses.append(loss)
+        gradients.append(weight.grad)
+        weight.grad = None
+    assert torch.allclose(losses[1], losses[0], rtol=1e-5)
+    assert torch.allclose(gradients[1], gradients[0], rtol=1e-4, atol=1e-7)
 
 
 def test_recompiles_stay_bounded_over_hundreds_of_steps_of_wmt_length_data(tmp_path):

@@ -38,6 +38,7 @@ def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
     GPUs only."""
     runner, calls = _runner(device, monkeypatch, **training)
     assert runner.compiled is compiled and runner.varlen is varlen
+    assert runner.loss_inside is training.get("cuda_graphs", False)  # captured with the pass
     assert runner.graphs is (mode == "reduce-overhead")
     assert calls == ([{"mode": mode}] if compiled else [])
 

@@ -126,6 +126,36 @@ def test_the_compiled_chunks_compute_the_same_loss_and_gradients_through_one_gra
     assert counters["stats"]["unique_graphs"] == 3
 
 
+def test_traced_with_a_compiled_pass_the_loss_with_its_gradients_is_one_opaque_operator():
+    """With the gradient announced, the loss is one operator to torch.compile: its chunks stay a
+    loop that runs one chunk after another (traced into the pass's graph, Inductor fused every
+    chunk's element-wise work together and held all their logits at once), and a graph made of
+    it computes the loss and the gradients of the eager loop."""
+    graphs = []
+
+    def keep_graph(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    states, weight, targets = _case(seed=5)
+    real = targets.ne(PAD)
+    announced = torch.tensor(0.5, dtype=torch.float64)
+
+    def pass_loss(states, weight):
+        return projected_label_smoothed_loss(states[real].sin(), weight, targets[real], 0.1, 4,
+                                             gradient_scale=announced)[0]
+
+    loss = torch.compile(pass_loss, backend=keep_graph, fullgraph=True)(states, weight)
+    calls = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
+    assert torch.ops.reproduce.projected_loss_and_gradients.default in calls
+    assert torch.ops.aten.mm.default not in calls and torch.matmul not in calls
+    expected = pass_loss(states, weight)
+    assert torch.allclose(loss, expected, rtol=0, atol=1e-12)
+    for gradient, reference in zip(torch.autograd.grad(loss, (states, weight)),
+                                   torch.autograd.grad(expected, (states, weight)), strict=True):
+        assert torch.allclose(gradient, reference, rtol=0, atol=1e-12)
+
+
 def test_the_smoothed_loss_of_one_row_by_hand():
     """V = 4, eps = 0.2: q = (PAD 0, reference 0.8, 0.1, 0.1); logits z = states @ W^T."""
     states = torch.tensor([[[1.0, 0.0], [0.0, 0.0]]], dtype=torch.float64)

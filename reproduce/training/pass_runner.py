@@ -4,7 +4,8 @@ projection and label-smoothed loss (sections 3.4 and 5.4), whose gradients come 
 The runner is built from the settings once: attention over packed tokens or over the padded
 batch (``training.attention``), DistributedDataParallel where there are several ranks,
 ``torch.compile`` where ``training.compile`` says, and CUDA graphs of each pass shape where
-``training.cuda_graphs`` does; the trainer hands it one collated pass at a time. It holds no
+``training.cuda_graphs`` does, the loss then inside the compiled call so that a graph holds it
+too; the trainer hands it one collated pass at a time. It holds no
 state of the run: checkpoints save the plain model it wraps.
 """
 
@@ -20,7 +21,8 @@ from reproduce.training import distributed
 from reproduce.training.batching import Batch
 from reproduce.training.precision import autocast_dtype
 from reproduce.training.projected_loss import projected_label_smoothed_loss
-from reproduce.training.teacher_forcing import TeacherForcedStates, mark_pass_sizes_dynamic
+from reproduce.training.teacher_forcing import (TeacherForcedLoss, TeacherForcedStates,
+                                                mark_pass_sizes_dynamic)
 
 
 class PassRunner:
@@ -35,10 +37,13 @@ class PassRunner:
         on_gpu = device.type == "cuda"
         self.varlen = training.attention == "varlen" or (
             training.attention == "auto" and on_gpu and not training.pass_buckets)
-        teacher_forced = TeacherForcedStates(model, varlen_attention=self.varlen)
+        self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
+        self.loss_inside = training.cuda_graphs  # the loss joins the compiled (captured) call
+        teacher_forced = (TeacherForcedLoss(model, label_smoothing, self.varlen, self.compiled)
+                          if self.loss_inside else
+                          TeacherForcedStates(model, varlen_attention=self.varlen))
         self.parallel = distributed.data_parallel(teacher_forced)
         wrapped = self.parallel or teacher_forced
-        self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
         self.graphs = self.compiled and training.cuda_graphs and on_gpu
         mode = "reduce-overhead" if self.graphs else None  # a CUDA graph per pass shape
         self.forward = torch.compile(wrapped, mode=mode) if self.compiled else wrapped
@@ -51,12 +56,16 @@ class PassRunner:
     def loss(self, batch: Batch, loss_gradient: torch.Tensor) -> torch.Tensor:
         inputs = (batch.source, batch.target_input, batch.source_index, batch.target_index,
                   batch.source_noise, batch.target_noise)
+        if self.loss_inside:
+            inputs += (batch.target_output, batch.target_weight)
         if self.compiled:
             mark_pass_sizes_dynamic(*inputs)
         if self.graphs:  # the previous pass's graph outputs are no longer read
             torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(self.device_type, dtype=self.autocast,
                             enabled=self.autocast is not None):
+            if self.loss_inside:
+                return self.forward(*inputs, loss_gradient)
             states = self.forward(*inputs)  # [N, d] at the target tokens
             loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
                                                     batch.target_tokens(), self.label_smoothing,

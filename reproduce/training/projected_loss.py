@@ -76,9 +76,14 @@ def projected_label_smoothed_loss(states: Tensor, weight: Tensor, targets: Tenso
     is not.
     """
     rows = chunk_rows if chunk_rows is not None else rows_per_chunk(weight.size(0))
-    loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, rows,
-                                       _projection_dtype(states, weight), compiled,
-                                       gradient_scale)
+    dtype = _projection_dtype(states, weight)
+    differentiated = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad)
+    if gradient_scale is not None and differentiated:
+        loss = _loss_and_gradients(states, weight, targets, token_weight, epsilon, rows, dtype,
+                                   compiled, gradient_scale)[0]
+    else:
+        loss = _ChunkedProjectedLoss.apply(states, weight, targets, token_weight, epsilon, rows,
+                                           dtype, compiled)
     return loss, targets.numel()
 
 
@@ -91,56 +96,102 @@ def _projection_dtype(states: Tensor, weight: Tensor) -> torch.dtype:
     return torch.promote_types(states.dtype, weight.dtype)
 
 
+def _chunk_losses(states: Tensor, weight: Tensor, targets: Tensor, token_weight: Tensor | None,
+                  epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool,
+                  scale: Tensor | None) -> tuple[Tensor, Tensor, "_Gradients | None"]:
+    """The forward pass over the chunks: the summed (weighted) loss, each row's log-normaliser
+    ``[N]`` and, for a gradient ``scale`` announced, the gradients of states and weight. Casts
+    are explicit (to ``dtype`` for the products), autocast stays out."""
+    with torch.autocast(states.device.type, enabled=False):
+        accumulate = torch.promote_types(dtype, torch.float32)
+        projection = weight.to(dtype)
+        smoothing = _Smoothing(epsilon, weight.size(0))
+        if scale is not None:
+            scale = scale.to(accumulate)
+            terms = _compiled(_chunk_terms_and_gradient) if compiled else \
+                _chunk_terms_and_gradient
+            gradients = _Gradients(states, weight, (True, True))
+        else:
+            terms = _compiled(_chunk_terms) if compiled else _chunk_terms
+            gradients = None
+        total = torch.zeros((), dtype=accumulate, device=states.device)
+        log_normalisers = torch.empty(states.size(0), dtype=accumulate,
+                                      device=states.device)  # [N]
+        for rows in _chunks(states.size(0), chunk_rows):
+            chunk = _rows_dynamic(compiled, states[rows], targets[rows])
+            if gradients is not None:
+                log_normalisers[rows], expected, grad_logits = terms(
+                    *chunk, projection, smoothing, accumulate,
+                    _row_scale(scale, token_weight, rows, compiled))  # [c], [c], [c, V]
+                gradients.add(grad_logits, rows, states, projection)
+            else:
+                log_normalisers[rows], expected = terms(
+                    *chunk, projection, smoothing, accumulate)  # [c], [c]
+            losses = log_normalisers[rows] - expected
+            if token_weight is not None:
+                losses = losses * token_weight[rows]
+            total += losses.sum()
+    return total, log_normalisers, gradients
+
+
+@torch.library.custom_op("reproduce::projected_loss_and_gradients", mutates_args=())
+def _loss_and_gradients(states: Tensor, weight: Tensor, targets: Tensor,
+                        token_weight: Tensor | None, epsilon: float, chunk_rows: int,
+                        dtype: torch.dtype, compiled: bool,
+                        gradient_scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The loss with its gradients for ``gradient_scale`` (``[N, d]``, and ``[V, d]`` in fp32 at
+    least), as one operator that torch.compile treats as opaque: traced with a compiled pass,
+    its chunks still run one after another (fused into one graph, Inductor ran every chunk's
+    element-wise work together and held every chunk's logits at once), and a CUDA graph
+    recorded around the pass still holds their kernels."""
+    total, _, gradients = _chunk_losses(states, weight, targets, token_weight, epsilon,
+                                        chunk_rows, dtype, compiled, gradient_scale)
+    return total, gradients.states, gradients.weight
+
+
+@_loss_and_gradients.register_fake
+def _(states, weight, targets, token_weight, epsilon, chunk_rows, dtype, compiled,
+      gradient_scale):
+    accumulate = torch.promote_types(dtype, torch.float32)
+    return (states.new_empty((), dtype=accumulate), torch.empty_like(states),
+            weight.new_empty(weight.shape, dtype=torch.promote_types(weight.dtype,
+                                                                     torch.float32)))
+
+
+def _keep_gradients(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output[1], output[2], inputs[-1])
+    ctx.weight_dtype = inputs[1].dtype
+
+
+def _announced_gradients_times_brought(ctx, grad_loss: Tensor, *_):
+    """The gradients computed in the forward pass, times the gradient the backward pass brings
+    over the one announced (exactly 1 when they are the same)."""
+    states, weight, announced = ctx.saved_tensors
+    factor = grad_loss.to(weight.dtype) / announced.to(weight.dtype)
+    return (states * factor.to(states.dtype), (weight * factor).to(ctx.weight_dtype),
+            None, None, None, None, None, None, None)
+
+
+_loss_and_gradients.register_autograd(_announced_gradients_times_brought,
+                                      setup_context=_keep_gradients)
+
+
 class _ChunkedProjectedLoss(torch.autograd.Function):
+    """The loss, its gradients computed in the backward pass from each chunk's logits again."""
+
     @staticmethod
     def forward(ctx, states: Tensor, weight: Tensor, targets: Tensor, token_weight: Tensor | None,
-                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool,
-                gradient_scale: Tensor | None) -> Tensor:
-        # states [N, d], weight [V, d], targets [N]; casts are explicit, autocast stays out.
-        with torch.autocast(states.device.type, enabled=False):
-            accumulate = torch.promote_types(dtype, torch.float32)
-            projection = weight.to(dtype)
-            smoothing = _Smoothing(epsilon, weight.size(0))
-            early = gradient_scale is not None and any(ctx.needs_input_grad[:2])
-            if early:
-                scale = gradient_scale.to(accumulate)
-                terms = _compiled(_chunk_terms_and_gradient) if compiled else \
-                    _chunk_terms_and_gradient
-                gradients = _Gradients(states, weight, ctx.needs_input_grad[:2])
-            else:
-                terms = _compiled(_chunk_terms) if compiled else _chunk_terms
-            total = torch.zeros((), dtype=accumulate, device=states.device)
-            log_normalisers = torch.empty(states.size(0), dtype=accumulate,
-                                          device=states.device)  # [N]
-            for rows in _chunks(states.size(0), chunk_rows):
-                chunk = _rows_dynamic(compiled, states[rows], targets[rows])
-                if early:
-                    log_normalisers[rows], expected, grad_logits = terms(
-                        *chunk, projection, smoothing, accumulate,
-                        _row_scale(scale, token_weight, rows, compiled))  # [c], [c], [c, V]
-                    gradients.add(grad_logits, rows, states, projection)
-                else:
-                    log_normalisers[rows], expected = terms(
-                        *chunk, projection, smoothing, accumulate)  # [c], [c]
-                losses = log_normalisers[rows] - expected
-                if token_weight is not None:
-                    losses = losses * token_weight[rows]
-                total += losses.sum()
-        if early:
-            ctx.gradients, ctx.gradient_scale = gradients, scale
-        else:
-            ctx.gradients = None
-            ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
-            ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
-            ctx.compiled = compiled
+                epsilon: float, chunk_rows: int, dtype: torch.dtype, compiled: bool) -> Tensor:
+        total, log_normalisers, _ = _chunk_losses(states, weight, targets, token_weight,
+                                                  epsilon, chunk_rows, dtype, compiled, None)
+        ctx.save_for_backward(states, weight, targets, log_normalisers, token_weight)
+        ctx.epsilon, ctx.chunk_rows, ctx.dtype = epsilon, chunk_rows, dtype
+        ctx.compiled = compiled
         return total
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_loss: Tensor):
-        if ctx.gradients is not None:  # computed in the forward pass, for ctx.gradient_scale
-            factor = grad_loss.to(ctx.gradient_scale.dtype) / ctx.gradient_scale
-            return (*ctx.gradients.result(factor), None, None, None, None, None, None, None)
         states, weight, targets, log_normalisers, token_weight = ctx.saved_tensors
         with torch.autocast(states.device.type, enabled=False):
             projection = weight.to(ctx.dtype)
@@ -155,7 +206,7 @@ class _ChunkedProjectedLoss(torch.autograd.Function):
                     projection, smoothing,
                     _row_scale(scale, token_weight, rows, ctx.compiled))  # [c, V]
                 gradients.add(grad_logits, rows, states, projection)
-        return (*gradients.result(), None, None, None, None, None, None, None)
+        return (*gradients.result(), None, None, None, None, None, None)
 
 
 class _Gradients:
@@ -176,13 +227,10 @@ class _Gradients:
         if self.weight is not None:
             self.weight += grad_logits.T @ states[rows].to(projection.dtype)
 
-    def result(self, factor: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
-        """The two gradients (None where not asked for), times ``factor`` where given."""
-        states, weight = self.states, self.weight
-        if factor is not None:
-            states = None if states is None else states * factor.to(states.dtype)
-            weight = None if weight is None else weight * factor
-        return states, None if weight is None else weight.to(self.weight_dtype)
+    def result(self) -> tuple[Tensor | None, Tensor | None]:
+        """The two gradients (None where not asked for), the weight's in its own dtype."""
+        weight = None if self.weight is None else self.weight.to(self.weight_dtype)
+        return self.states, weight
 
 
 def _row_scale(scale: Tensor, token_weight: Tensor | None, rows: slice,

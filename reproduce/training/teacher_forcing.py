@@ -4,8 +4,9 @@ torch.compile to wrap. The tokens' flat positions come from the collate step (ho
 compiled graph has no data-dependent ``nonzero``; :mod:`reproduce.model.token_layout`), and so
 do the tokens' dropout keys (:mod:`reproduce.model.dropout`).
 
-The projection and the loss run outside it, fused
-(:mod:`reproduce.training.projected_loss`), with the model's shared embedding matrix. That use
+The projection and the loss, fused (:mod:`reproduce.training.projected_loss`), use the model's
+shared embedding matrix. They run outside the wrapped call, or, where passes are captured as CUDA
+graphs, inside it (:class:`TeacherForcedLoss`), so that a graph holds their kernels too. A use
 of a parameter outside the wrapped call still reaches DistributedDataParallel's gradient hooks:
 they fire on each parameter's gradient accumulator, which autograd runs once per backward pass
 with every use's contribution summed (the embedding lookup's and the projection's alike).
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 
 from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.model.token_layout import TokenLayout
+from reproduce.training.projected_loss import projected_label_smoothed_loss
 
 
 class TeacherForcedStates(nn.Module):
@@ -42,6 +44,35 @@ class TeacherForcedStates(nn.Module):
         return self.model.target_token_states(
             target_input, encoded,
             TokenLayout.of(target_input, target_index, target_noise, varlen))
+
+
+class TeacherForcedLoss(nn.Module):
+    """``forward(source, target_input, source_index, target_index, source_noise, target_noise,
+    target_output [B, T], target_weight [N] | None, loss_gradient)`` -> the pass's summed
+    label-smoothed loss (a 0-d tensor), its gradients computed with it for the
+    ``loss_gradient`` that the backward pass will bring
+    (:func:`reproduce.training.projected_loss.projected_label_smoothed_loss`, whose chunks
+    torch.compile leaves as they are; ``compiled_chunks``: each chunk's element-wise work
+    compiled on its own)."""
+
+    def __init__(self, model: TranslationModel, label_smoothing: float,
+                 varlen_attention: bool = False, compiled_chunks: bool = False):
+        super().__init__()
+        self.states = TeacherForcedStates(model, varlen_attention)
+        self.label_smoothing, self.compiled_chunks = label_smoothing, compiled_chunks
+
+    def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,
+                target_index: Tensor, source_noise: Tensor | None, target_noise: Tensor | None,
+                target_output: Tensor, target_weight: Tensor | None,
+                loss_gradient: Tensor) -> Tensor:
+        states = self.states(source, target_input, source_index, target_index, source_noise,
+                             target_noise)  # [N, d] at the target tokens
+        targets = target_output.reshape(-1).index_select(0, target_index)  # [N]
+        loss, _ = projected_label_smoothed_loss(
+            states, self.states.model.embedding.weight, targets, self.label_smoothing,
+            compiled=self.compiled_chunks, token_weight=target_weight,
+            gradient_scale=loss_gradient)
+        return loss
 
 
 def mark_pass_sizes_dynamic(*tensors: Tensor | None) -> None:
