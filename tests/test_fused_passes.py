@@ -123,10 +123,12 @@ def test_the_training_forward_and_loss_compile_into_one_graph(corpora, attention
     assert model.model.embedding.weight.grad.abs().sum() > 0
 
 
-def test_with_cuda_graphs_the_loss_joins_the_compiled_pass_in_one_graph(corpora):
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_with_cuda_graphs_the_loss_joins_the_compiled_pass_in_one_graph(corpora, autocast):
     """``training.cuda_graphs``' pass (:class:`TeacherForcedLoss`): forward, then the loss with
     its gradients for the loss gradient announced, in one graph with no break, so that a CUDA
-    graph recorded around it holds the loss too; the same loss and gradients as eager."""
+    graph recorded around it holds the loss too; the same loss and gradients as eager, in fp32
+    and under bf16 autocast (whose dtype the traced loss operator is given)."""
     variant = tiny_base(max_tokens_per_device=4096)
     corpus = EncodedCorpus.open(corpora[0])
     torch.manual_seed(0)
@@ -139,7 +141,8 @@ def test_with_cuda_graphs_the_loss_joins_the_compiled_pass_in_one_graph(corpora)
     weight = model.states.model.embedding.weight
     losses, gradients = [], []
     for call in (model, torch.compile(model, fullgraph=True, backend="aot_eager")):
-        loss = call(*inputs)
+        with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+            loss = call(*inputs)
         (loss * 0.25).backward()
         losses.append(loss)
         gradients.append(weight.grad)
