@@ -188,11 +188,17 @@ def test_training_past_its_time_limit_is_requeued_and_ends_as_if_uninterrupted(t
     train = random_corpus(tmp_path / "train", 3000, seed=1)
     dev = random_corpus(tmp_path / "dev", 50, seed=2)
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    # About 55 s of training under a 1-minute limit with the signal 15 s before it: Slurm checks
+    # About 60 s of training (as many steps as this machine trains in that time, measured on a
+    # short run first) under a 1-minute limit with the signal 15 s before it: Slurm checks
     # limits every 30 s, so the signal comes 15-45 s into each run (a larger delay can signal the
     # job before submitit's handler is installed). The job is requeued at least once and resumes
     # from its last checkpoint each time.
-    variant = small_variant(steps=4500, dropout=0.1, log_every_steps=500, eval_every_steps=1500)
+    launch_training(experiment, small_variant(steps=600, dropout=0.1), train, dev,
+                    tmp_path / "timing", tmp_path, launcher="inline")
+    timing = json.loads((tmp_path / "timing/train/summary.json").read_text())
+    steps = max(4500, 50 * round(60 * 600 / timing["wall_seconds"] / 50))
+    variant = small_variant(steps=steps, dropout=0.1, log_every_steps=500,
+                            eval_every_steps=1500)
     variant = variant.model_copy(update={
         "training": variant.training.model_copy(update={
             "checkpoints": variant.training.checkpoints.model_copy(
