@@ -65,7 +65,12 @@ class Batch:
 
     def target_tokens(self) -> torch.Tensor:
         """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
-        return self.target_output.reshape(-1).index_select(0, self.target_index)
+        return target_tokens(self.target_output, self.target_index)
+
+
+def target_tokens(target_output: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
+    """``[N]``: the ids of ``target_output`` ``[B, T]`` at the flat positions ``target_index``."""
+    return target_output.reshape(-1).index_select(0, target_index)
 
 
 def round_up(width: int | np.ndarray, multiple: int):

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.model.token_layout import TokenLayout
+from reproduce.training.batching import target_tokens
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 
 
@@ -67,9 +68,9 @@ class TeacherForcedLoss(nn.Module):
                 loss_gradient: Tensor) -> Tensor:
         states = self.states(source, target_input, source_index, target_index, source_noise,
                              target_noise)  # [N, d] at the target tokens
-        targets = target_output.reshape(-1).index_select(0, target_index)  # [N]
         loss, _ = projected_label_smoothed_loss(
-            states, self.states.model.embedding.weight, targets, self.label_smoothing,
+            states, self.states.model.embedding.weight,
+            target_tokens(target_output, target_index), self.label_smoothing,
             compiled=self.compiled_chunks, token_weight=target_weight,
             gradient_scale=loss_gradient)
         return loss
