@@ -202,21 +202,21 @@ def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) ->
         synchronize()
     wall = time.perf_counter() - started
     kernels = defaultdict(lambda: [0.0, 0])  # name -> [microseconds, launches]
-    launches = Counter()  # the host's launch calls, by name
+    launch_calls = Counter()  # the host's launch calls, by name
     for event in profiler.events():
         if event.device_type == DeviceType.CUDA:
             kernels[event.name][0] += event.device_time_total
             kernels[event.name][1] += 1
         elif event.name in HOST_LAUNCHES:
-            launches[event.name] += 1
+            launch_calls[event.name] += 1
     busy = sum(time_us for time_us, _ in kernels.values())
     host = sorted(profiler.key_averages(), key=lambda op: op.self_cpu_time_total, reverse=True)
     return {
         "unit": unit, "runs": runs, "wall_ms": 1e3 * wall / runs,
         "device_busy_ms": busy / 1e3 / runs if cuda else None,
         "kernels": sum(n for _, n in kernels.values()) / runs if cuda else None,
-        "host_launches": sum(launches.values()) / runs if cuda else None,
-        "graph_launches": launches["cudaGraphLaunch"] / runs if cuda else None,
+        "host_launches": sum(launch_calls.values()) / runs if cuda else None,
+        "graph_launches": launch_calls["cudaGraphLaunch"] / runs if cuda else None,
         "top_kernels": [{"name": name, "ms": time_us / 1e3 / runs, "launches": launches / runs}
                         for name, (time_us, launches) in sorted(
                             kernels.items(), key=lambda item: -item[1][0])[:TOP_KERNELS]],
