@@ -91,6 +91,23 @@ def test_two_ranks_train_the_model_of_one_rank_in_one_pass(one_pass, corpora, tm
     _assert_same_model(_trained(folder)[0], model, variant.model)
 
 
+@pytest.mark.slow
+def test_two_ranks_train_the_model_of_one_rank_with_the_loss_inside_the_pass(one_pass, corpora,
+                                                                             tmp_path):
+    """The pass that cuda_graphs captures on a GPU (states and loss in one module, buckets of
+    dummy tokens) under DistributedDataParallel, run eager here: the projection's gradient,
+    computed inside the loss operator's forward, is all-reduced with the others."""
+    variant, folder = one_pass
+    training = variant.training.model_copy(update={"cuda_graphs": True, "pass_buckets": True})
+    joined = variant.model_copy(update={"training": training})
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    launch_training(experiment, joined, *corpora, tmp_path / "two", tmp_path, launcher="local",
+                    tasks=2)
+    model, summary = _trained(tmp_path / "two")
+    assert summary["world_size"] == 2 and summary["mean_passes_per_step"] == 1
+    _assert_same_model(_trained(folder)[0], model, variant.model)
+
+
 def _loss_of_a_pass(model: TeacherForcedStates, batch, label_smoothing: float,
                     compiled_chunks: bool = False) -> torch.Tensor:
     states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
