@@ -20,9 +20,7 @@ from reproduce.model.encoder_decoder import TranslationModel
 from reproduce.training import distributed
 from reproduce.training.batching import Batch
 from reproduce.training.precision import autocast_dtype
-from reproduce.training.projected_loss import projected_label_smoothed_loss
-from reproduce.training.teacher_forcing import (TeacherForcedLoss, TeacherForcedStates,
-                                                mark_pass_sizes_dynamic)
+from reproduce.training.teacher_forcing import TeacherForcedLoss, mark_pass_sizes_dynamic
 
 
 class PassRunner:
@@ -31,7 +29,6 @@ class PassRunner:
 
     def __init__(self, model: TranslationModel, training: TrainingConfig, label_smoothing: float,
                  device: torch.device, precision: str):
-        self.model, self.label_smoothing = model, label_smoothing
         self.autocast = autocast_dtype(precision)
         self.device_type = device.type
         on_gpu = device.type == "cuda"
@@ -39,9 +36,9 @@ class PassRunner:
             training.attention == "auto" and on_gpu and not training.pass_buckets)
         self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
         self.loss_inside = training.cuda_graphs  # the loss joins the compiled (captured) call
-        teacher_forced = (TeacherForcedLoss(model, label_smoothing, self.varlen, self.compiled)
-                          if self.loss_inside else
-                          TeacherForcedStates(model, varlen_attention=self.varlen))
+        self.teacher_forced = TeacherForcedLoss(model, label_smoothing, self.varlen,
+                                                self.compiled)
+        teacher_forced = self.teacher_forced if self.loss_inside else self.teacher_forced.states
         self.parallel = distributed.data_parallel(teacher_forced)
         wrapped = self.parallel or teacher_forced
         self.graphs = self.compiled and training.cuda_graphs and on_gpu
@@ -67,9 +64,5 @@ class PassRunner:
             if self.loss_inside:
                 return self.forward(*inputs, loss_gradient)
             states = self.forward(*inputs)  # [N, d] at the target tokens
-            loss, _ = projected_label_smoothed_loss(states, self.model.embedding.weight,
-                                                    batch.target_tokens(), self.label_smoothing,
-                                                    compiled=self.compiled,
-                                                    token_weight=batch.target_weight,
-                                                    gradient_scale=loss_gradient)
-        return loss
+            return self.teacher_forced.loss_of(states, batch.target_output, batch.target_index,
+                                               batch.target_weight, loss_gradient)

@@ -68,6 +68,12 @@ class TeacherForcedLoss(nn.Module):
                 loss_gradient: Tensor) -> Tensor:
         states = self.states(source, target_input, source_index, target_index, source_noise,
                              target_noise)  # [N, d] at the target tokens
+        return self.loss_of(states, target_output, target_index, target_weight, loss_gradient)
+
+    def loss_of(self, states: Tensor, target_output: Tensor, target_index: Tensor,
+                target_weight: Tensor | None, loss_gradient: Tensor) -> Tensor:
+        """The loss of decoder states ``[N, d]`` at the target tokens (those of ``states``,
+        where they were computed apart: a pass whose loss runs outside the wrapped call)."""
         loss, _ = projected_label_smoothed_loss(
             states, self.states.model.embedding.weight,
             target_tokens(target_output, target_index), self.label_smoothing,
