@@ -79,29 +79,20 @@ def test_one_rank_makes_one_pass_and_trains_the_model_of_many_small_passes(one_p
 
 
 @pytest.mark.slow
-def test_two_ranks_train_the_model_of_one_rank_in_one_pass(one_pass, corpora, tmp_path):
+@pytest.mark.parametrize("settings", [{}, {"cuda_graphs": True, "pass_buckets": True}],
+                         ids=["loss-apart", "loss-inside-the-pass"])
+def test_two_ranks_train_the_model_of_one_rank_in_one_pass(one_pass, corpora, tmp_path,
+                                                           settings):
     """Real processes: submitit's local executor starts two gloo ranks, as Slurm would; each
-    fuses its 4 micro-batches into one pass."""
+    fuses its 4 micro-batches into one pass. With cuda_graphs' settings, the pass is the one a
+    GPU captures (states and loss in one module under DistributedDataParallel, buckets of dummy
+    tokens), run eager here: the projection's gradient, computed inside the loss operator's
+    forward, is all-reduced with the others."""
     variant, folder = one_pass
+    trained = variant.model_copy(
+        update={"training": variant.training.model_copy(update=settings)})
     experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local",
-                    tasks=2)
-    model, summary = _trained(tmp_path / "two")
-    assert summary["world_size"] == 2 and summary["mean_passes_per_step"] == 1
-    _assert_same_model(_trained(folder)[0], model, variant.model)
-
-
-@pytest.mark.slow
-def test_two_ranks_train_the_model_of_one_rank_with_the_loss_inside_the_pass(one_pass, corpora,
-                                                                             tmp_path):
-    """The pass that cuda_graphs captures on a GPU (states and loss in one module, buckets of
-    dummy tokens) under DistributedDataParallel, run eager here: the projection's gradient,
-    computed inside the loss operator's forward, is all-reduced with the others."""
-    variant, folder = one_pass
-    training = variant.training.model_copy(update={"cuda_graphs": True, "pass_buckets": True})
-    joined = variant.model_copy(update={"training": training})
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    launch_training(experiment, joined, *corpora, tmp_path / "two", tmp_path, launcher="local",
+    launch_training(experiment, trained, *corpora, tmp_path / "two", tmp_path, launcher="local",
                     tasks=2)
     model, summary = _trained(tmp_path / "two")
     assert summary["world_size"] == 2 and summary["mean_passes_per_step"] == 1
