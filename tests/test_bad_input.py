@@ -572,6 +572,61 @@ def _evaluate_without_test_checkpoint(world: World) -> list:
             "--split", "test", "--checkpoint-name", "averaged", *split]
 
 
+
+def _evaluate_one_split(world: World, folder: Path, encoded: Path) -> list:
+    """``evaluate`` of the dev split: three lines, their own reference."""
+    source = _lines(world, "three.txt", 3)
+    return ["--experiment", world.experiment, "--variant", "base", "--spm-model", world.spm,
+            "--results", folder / "results", "--split", "dev", "--checkpoint-name", "last",
+            "--checkpoint", world.checkpoint, "--source", source, "--reference", source,
+            "--encoded", encoded, "--translations", folder / "hyp.txt",
+            "--out", folder / "scores.json"]
+
+
+def test_evaluate_refuses_a_split_of_other_pieces_before_decoding_it(world, tmp_path):
+    result = run_cli("evaluate", *_evaluate_one_split(world, tmp_path,
+                                                      _encoded_with_other_pieces(world)),
+                     cwd=world.root)
+    assert_one_line_error(result, "evaluate", "encoded-other-pieces",
+                          "another sentencepiece model", "model.pt")
+    assert not (tmp_path / "hyp.txt").exists()
+
+
+def test_evaluate_loads_a_checkpoint_once_and_writes_what_decode_and_score_write(
+        world, tmp_path, monkeypatch):
+    """In this process, to count the checkpoint's loads: one for the split, where ``decode``
+    then ``score`` load it once each; the translations and the scores are theirs."""
+    from reproduce import cli
+    from reproduce.decoding import translate
+
+    loads = []
+    load_checkpoint = translate.load_checkpoint
+    monkeypatch.setattr(translate, "load_checkpoint",
+                        lambda path: loads.append(path) or load_checkpoint(path))
+    threads = torch.get_num_threads()  # the commands set theirs
+    try:
+        cli.main(["evaluate", *map(str, _evaluate_one_split(world, tmp_path, world.encoded))])
+        assert loads == [world.checkpoint]
+        apart = tmp_path / "apart"
+        arguments = _evaluate_one_split(world, apart, world.encoded)
+        options = dict(zip(arguments[::2], arguments[1::2], strict=True))
+        cli.main(["decode", *map(str, [
+            "--experiment", world.experiment, "--variant", "base", "--checkpoint",
+            world.checkpoint, "--spm-model", world.spm, "--source", options["--source"],
+            "--out", options["--translations"]])])
+        cli.main(["score", *map(str, [
+            "--experiment", world.experiment, "--variant", "base", "--split", "dev",
+            "--checkpoint-name", "last", "--translations", options["--translations"],
+            "--reference", options["--reference"], "--checkpoint", world.checkpoint,
+            "--encoded", world.encoded, "--results", options["--results"],
+            "--out", options["--out"]])])
+        assert len(loads) == 3
+    finally:
+        torch.set_num_threads(threads)
+    assert (tmp_path / "hyp.txt").read_text() == (apart / "hyp.txt").read_text()
+    assert json.loads((tmp_path / "scores.json").read_text()) == \
+        json.loads((apart / "scores.json").read_text())
+
 MORE_CASES = [
     # evaluate's options, given once per split
     ("evaluate-split-without-checkpoint", "evaluate", _evaluate_without_test_checkpoint,

@@ -126,21 +126,28 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         raise UsageError(f"every --split takes each of its options once: got {given}")
     experiment = experiment_of(args)
     variant = variant_of(experiment, args)  # refused before torch is imported
-    from reproduce.decoding.translate import translate_file
-    from reproduce.provenance import trained_settings
+    from reproduce.data.bpe import load_sentencepiece
+    from reproduce.data.encoded import EncodedCorpus
+    from reproduce.decoding.translate import (decoding_device, load_model, sentencepiece_pieces,
+                                              write_translations)
+    from reproduce.provenance import Pieces, trained_settings
     from reproduce.scoring.scores import score_split
 
     set_threads(args.threads)
     expected_settings = trained_settings(variant, experiment)  # every split's checkpoint's
+    processor, device = load_sentencepiece(Path(args.spm_model)), decoding_device()
+    pieces = sentencepiece_pieces(Path(args.spm_model), processor)
     for number in range(counts["split"]):
         split = argparse.Namespace(**{name: getattr(args, name)[number] for name in PER_SPLIT})
-        translate_file(checkpoint=split.checkpoint, spm_model=Path(args.spm_model),
-                       source=split.source, out=Path(split.translations),
-                       decoding=variant.decoding, expected_settings=expected_settings)
+        # loaded once for decoding and perplexity, checked against both files' pieces first
+        model = load_model(split.checkpoint, device, expected_settings,
+                           (pieces, Pieces.of_corpus(EncodedCorpus.open(split.encoded))))
+        write_translations(model, processor, split.source, Path(split.translations),
+                           variant.decoding, device)
         score_split(experiment, variant, split.split, split.checkpoint_name,
                     translations=Path(split.translations), reference=split.reference,
                     source=split.source, checkpoint=split.checkpoint, encoded=split.encoded,
-                    results=Path(args.results), out=Path(split.out))
+                    results=Path(args.results), out=Path(split.out), model=model)
 
 
 def _summarize(commands: argparse._SubParsersAction) -> None:

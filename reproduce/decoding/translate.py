@@ -38,10 +38,11 @@ RETRAIN = "retrain the variant (`reproduce train ... --restart`) before decoding
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu",
-               expected_settings: dict | None = None, pieces: Pieces | None = None) -> Seq2Seq:
+               expected_settings: dict | None = None, pieces: tuple[Pieces, ...] = ()) -> Seq2Seq:
     """The model saved in a checkpoint (training checkpoint, final.pt or averaged.pt), in eval mode;
     refused when it was not trained with ``expected_settings``
-    (:func:`reproduce.provenance.trained_settings`) or on ``pieces``."""
+    (:func:`reproduce.provenance.trained_settings`) or on each of ``pieces`` (those of the files
+    it is about to meet)."""
     state = load_checkpoint(checkpoint)
     if expected_settings is not None:
         check_trained_with(checkpoint, state, expected_settings, RETRAIN)
@@ -49,8 +50,8 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu",
         config, vocab_size = ModelConfig.model_validate(state["model_config"]), state["vocab_size"]
     except (KeyError, ValidationError) as error:
         raise _unusable(checkpoint, error) from error
-    if pieces is not None:
-        check_same_pieces(checkpoint, state, pieces, "use the files of its dataset")
+    for met in pieces:
+        check_same_pieces(checkpoint, state, met, "use the files of its dataset")
     model = build_model(config, vocab_size)
     # What torch raises for the weights of another model (missing, unexpected or misshapen
     # tensors) is wrapped here, where the file is known; elsewhere a RuntimeError is a bug.
@@ -127,15 +128,32 @@ def _batches(order: list[int], lengths: list[int], decoding: DecodingConfig) -> 
     return batches
 
 
+def decoding_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def sentencepiece_pieces(spm_model: Path,
+                         processor: sentencepiece.SentencePieceProcessor) -> Pieces:
+    """The pieces that ``processor`` (loaded from ``spm_model``) makes."""
+    return Pieces(str(spm_model), processor.vocab_size(), sentencepiece_sha256(spm_model))
+
+
 def translate_file(
     checkpoint: Path, spm_model: Path, source: Path, out: Path, decoding: DecodingConfig,
     expected_settings: dict | None = None,
 ) -> None:
     processor = load_sentencepiece(spm_model)
+    device = decoding_device()
+    model = load_model(checkpoint, device, expected_settings,
+                       (sentencepiece_pieces(spm_model, processor),))
+    write_translations(model, processor, source, out, decoding, device)
+
+
+def write_translations(model: Seq2Seq, processor: sentencepiece.SentencePieceProcessor,
+                       source: Path, out: Path, decoding: DecodingConfig,
+                       device: torch.device) -> None:
+    """Translate the lines of ``source`` into ``out``, one line each."""
     sentences = read_lines(source)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    pieces = Pieces(str(spm_model), processor.vocab_size(), sentencepiece_sha256(spm_model))
-    model = load_model(checkpoint, device, expected_settings, pieces)
     translations = translate_sentences(model, processor, sentences, decoding, device, str(source))
     _check_one_line_each(translations, len(sentences), source)
     write_text_whole(out, "".join(line + "\n" for line in translations))

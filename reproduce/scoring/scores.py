@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reproduce.config import Experiment, ResolvedVariant
 from reproduce.errors import UsageError
 from reproduce.files import write_json
+
+if TYPE_CHECKING:
+    from reproduce.model.architectures import Seq2Seq
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +45,27 @@ def task_scores(experiment: Experiment, translations: Path, reference: Path,
 def score_split(experiment: Experiment, variant: ResolvedVariant, split: str,
                 checkpoint_name: str, *, translations: Path, reference: Path,
                 source: Path | None, checkpoint: Path, encoded: Path, results: Path,
-                out: Path) -> dict:
+                out: Path, model: Seq2Seq | None = None) -> dict:
     """Score ``translations`` (from ``checkpoint``, named ``checkpoint_name``) against
     ``reference``, write the scores to ``out`` (parsing: the repaired trees beside it, ``.trees``),
     then log them to the variant's MLflow run, best effort: the store is a sink, and the file is
     the result whether or not it answers. The checkpoint is refused, as decoding refuses it, when
-    trained with other settings than the variant now has."""
+    trained with other settings than the variant now has or on other pieces than ``encoded``'s;
+    ``model``: the checkpoint's, already loaded so checked, on the decoding device."""
+    from reproduce.data.encoded import EncodedCorpus
+    from reproduce.decoding.translate import decoding_device
     from reproduce.provenance import trained_settings
-    from reproduce.scoring.perplexity import checkpoint_perplexity
+    from reproduce.scoring.perplexity import checkpoint_perplexity, model_perplexity
     from reproduce.tracking import log_best_effort, variant_run_for
 
     trees = out.with_suffix(".trees")  # parsing: the repaired trees that were scored
     scores = {"split": split, "checkpoint": checkpoint_name}
     scores |= task_scores(experiment, translations, reference, source, trees)
-    scores |= checkpoint_perplexity(
-        checkpoint, encoded,
-        expected_settings=trained_settings(variant, experiment))
+    if model is None:
+        scores |= checkpoint_perplexity(checkpoint, encoded,
+                                        expected_settings=trained_settings(variant, experiment))
+    else:
+        scores |= model_perplexity(model, EncodedCorpus.open(encoded), decoding_device())
     write_json(out, scores)
     log.info("%s", json.dumps(scores))
 
