@@ -12,7 +12,8 @@ from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.architectures import build_model
 from reproduce.model.dropout import step_key
-from reproduce.training.batching import MicroBatchStream, collate, device_passes
+from reproduce.training.batching import (MicroBatchStream, collate, device_passes,
+                                         target_tokens)
 from reproduce.training.launch import launch_training
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedLoss, TeacherForcedStates
@@ -103,8 +104,9 @@ def _loss_of_a_pass(model: TeacherForcedStates, batch, label_smoothing: float,
                     compiled_chunks: bool = False) -> torch.Tensor:
     states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
                    batch.source_noise, batch.target_noise)
-    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight,
-                                            batch.target_tokens(), label_smoothing,
+    targets = target_tokens(batch.target_output, batch.target_index)
+    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight, targets,
+                                            label_smoothing,
                                             compiled=compiled_chunks)
     return loss
 

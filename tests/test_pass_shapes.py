@@ -17,7 +17,7 @@ from reproduce.model.dropout import step_key
 from reproduce.special_tokens import PAD
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint
 from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate, device_passes,
-                                         pass_shape)
+                                         pass_shape, target_tokens)
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.assembly import build_trainer
@@ -44,8 +44,9 @@ def _loss_and_gradients(model: TeacherForcedStates, batch, label_smoothing: floa
     model.zero_grad()
     states = model(batch.source, batch.target_input, batch.source_index, batch.target_index,
                    batch.source_noise, batch.target_noise)
-    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight,
-                                            batch.target_tokens(), label_smoothing,
+    targets = target_tokens(batch.target_output, batch.target_index)
+    loss, _ = projected_label_smoothed_loss(states, model.model.embedding.weight, targets,
+                                            label_smoothing,
                                             chunk_rows=50, token_weight=batch.target_weight)
     loss.backward()
     return loss.detach(), {name: parameter.grad.clone()

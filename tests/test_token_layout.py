@@ -13,7 +13,7 @@ from reproduce.model.architectures import build_model
 from reproduce.model.flops import TransformerFlops
 from reproduce.model.token_layout import TokenLayout
 from reproduce.special_tokens import BOS, EOS, PAD
-from reproduce.training.batching import collate
+from reproduce.training.batching import collate, target_tokens
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from tests.training_fixtures import random_corpus
@@ -39,7 +39,8 @@ def test_collate_gives_the_token_positions_of_its_padding(tmp_path):
     batch = collate(corpus, np.arange(0, 50, 7), multiple=8)
     assert torch.equal(batch.source_index, TokenLayout.of(batch.source).index)
     assert torch.equal(batch.target_index, TokenLayout.of(batch.target_input).index)
-    assert torch.equal(batch.target_tokens(), batch.target_output[batch.target_output.ne(PAD)])
+    assert torch.equal(target_tokens(batch.target_output, batch.target_index),
+                       batch.target_output[batch.target_output.ne(PAD)])
 
 
 def _pairs(seed=0):

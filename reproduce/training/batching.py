@@ -63,13 +63,10 @@ class Batch:
     def to(self, device: torch.device) -> "Batch":
         return self.map(lambda tensor: tensor.to(device, non_blocking=True))
 
-    def target_tokens(self) -> torch.Tensor:
-        """``[N]``: the reference tokens (ids + EOS) at the target positions, without padding."""
-        return target_tokens(self.target_output, self.target_index)
-
 
 def target_tokens(target_output: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
-    """``[N]``: the ids of ``target_output`` ``[B, T]`` at the flat positions ``target_index``."""
+    """``[N]``: the ids of ``target_output`` ``[B, T]`` at the flat positions ``target_index``: a
+    pass's reference tokens (ids + EOS) at its target positions, without padding."""
     return target_output.reshape(-1).index_select(0, target_index)
 
 
