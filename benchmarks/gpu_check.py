@@ -3,7 +3,8 @@
 Steps, each a subprocess whose output goes to ``OUTDIR/logs/<step>.log`` as it runs (kept
 whatever happens; a step that fails or runs out of time never stops the later ones):
 
-1. ``pytest -m gpu`` on GPU_TEST_FILES (counts from its JUnit XML);
+1. ``pytest -m gpu`` on GPU_TEST_FILES (counts from its JUnit XML), but for the tests that
+   compile trainings in several processes (RANKS_TESTS), which run last as ``pytest-gpu-ranks``;
 2. ``benchmarks/varlen_attention.py``: a pass's attention, padded against varlen;
 3. ``benchmarks/trainer_speed.py``: base and big through the real Trainer with the paper's
    batching (25k tokens a step, bf16), cold and warm windows and peak memory, eager then
@@ -26,8 +27,9 @@ pytest's counts come from its JUnit XML. No printed line is read back: the logs 
 Then ``OUTDIR/gpu-report.md`` (and the same figures in ``gpu-report.json``): the machine, every
 step's status and seconds, every figure of those files, and the headline lines that BENCHMARKS.md
 takes. A step that did not finish, or left no readable figures, shows its status and the tail of
-its log, never a number. Steps run in the order above except that the compiled trainer runs come
-last: they are the slowest to start, so a budget cut loses them first. ``--only PATTERN...``
+its log, never a number. Steps run in the order above except that the compiled trainer runs, then
+``pytest-gpu-ranks``, come last: they are the slowest to start, so a budget cut loses them first.
+``--only PATTERN...``
 runs the steps whose names match (a device call too short for all of them).
 
 Without CUDA the same command is a **smoke mode**: the reduced model (``--size cpu``), tiny
@@ -57,6 +59,8 @@ REPORT_SECONDS = 10  # kept back from the budget for the report itself
 SHORTEST_USEFUL_STEP = 20  # seconds; a step offered less is not started
 TAIL_LINES = 40
 GPU_TEST_FILES = ["tests/test_gpu.py", "tests/test_packed_attention.py"]  # their `gpu` tests
+# The gpu tests that compile a training in several processes: a step of their own, run last.
+RANKS_TESTS = "replaying_captured_passes"
 
 PROBE = """
 import json, platform, torch
@@ -97,11 +101,7 @@ class Outcome:
 
 def plan(cuda: bool, logs: Path) -> list[Step]:
     """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
-    pytest = Step("pytest-gpu", "pytest -m gpu", "pytest",
-                  ["-m", "pytest", "-m", "gpu", "-ra", "-v", "--durations=20", "-p",
-                   "no:cacheprovider", *GPU_TEST_FILES,
-                   f"--junitxml={junit_file(logs, 'pytest-gpu')}"],
-                  cap_seconds=240)
+    pytest = _pytest(logs, "pytest-gpu", f"not {RANKS_TESTS}", 240)
     if not cuda:
         trainer = ["--pairs", "2000", "--vocab", "500", "--tokens-per-step", "2000", "--steps",
                    "4", "--log-every", "2", "--profile", "1"]
@@ -160,7 +160,17 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "base", [*base, "--cuda-graphs"], 200, compiled=True,
                      variant="graphs"),
             _trainer(logs, "base", [*base, "--cuda-graphs", "--attention", "varlen"], 200,
-                     compiled=True, variant="graphs-varlen")]
+                     compiled=True, variant="graphs-varlen"),
+            _pytest(logs, "pytest-gpu-ranks", RANKS_TESTS, 300)]
+
+
+def _pytest(logs: Path, name: str, selected: str, cap_seconds: float) -> Step:
+    """``pytest -m gpu`` on GPU_TEST_FILES, the tests whose names ``selected`` (``-k``) picks."""
+    return Step(name, f"pytest -m gpu -k '{selected}'", "pytest",
+                ["-m", "pytest", "-m", "gpu", "-k", selected, "-ra", "-v", "--durations=20",
+                 "-p", "no:cacheprovider", *GPU_TEST_FILES,
+                 f"--junitxml={junit_file(logs, name)}"],
+                cap_seconds=cap_seconds)
 
 
 def figures_file(logs: Path, name: str) -> Path:

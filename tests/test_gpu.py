@@ -252,6 +252,25 @@ def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
 
 
 @pytest.mark.gpu
+def test_two_ranks_replaying_captured_passes_train_as_one_rank_does(corpora, tmp_path):
+    """``training.cuda_graphs`` under DistributedDataParallel: two processes share the GPU
+    (gloo), each replaying its compiled pass (states and loss) as CUDA graphs, whose gradients
+    DDP's hooks all-reduce; fp32, two steps, so that a gradient left out of the all-reduce
+    (an lr of ~8e-3 at step 1) shows far above the ranks' summation order. Its own gpu-check
+    step (pytest-gpu-ranks): three compiled trainings take minutes."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    variant = small_variant(steps=2, dropout=0.0, precision="fp32", compile=True,
+                            pass_buckets=True, cuda_graphs=True)
+    launch_training(experiment, variant, *corpora, tmp_path / "one", tmp_path, launcher="inline")
+    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local",
+                    tasks=2)
+    _assert_same_model(_final(tmp_path / "one")["model"], _final(tmp_path / "two")["model"],
+                       variant.model, atol=1e-4)
+    summary = json.loads((tmp_path / "two/train/summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["device"] != "cpu"
+
+
+@pytest.mark.gpu
 def test_chunked_loss_under_bf16_autocast_follows_the_fp32_formula():
     """Base sizes (d_model 512, vocabulary 37,000, 3,072 target tokens in 4,096 positions):
     bf16 logits cost ~3 significant digits against fp32; against the unfused path under the same
