@@ -129,6 +129,7 @@ def _batches(order: list[int], lengths: list[int], decoding: DecodingConfig) -> 
 
 
 def decoding_device() -> torch.device:
+    """Where decoding and perplexity run: the GPU where there is one."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
