@@ -86,7 +86,10 @@ def pieces_digest(path: Path) -> str:
 
 def model_digest(path: Path) -> str:
     """A checkpoint's tensors: training records its wall-clock times beside them."""
-    model = load_checkpoint(path)["model"]
+    return tensors_digest(load_checkpoint(path)["model"])
+
+
+def tensors_digest(model: dict) -> str:
     digest = hashlib.sha256()
     for name in sorted(model):
         digest.update(name.encode() + model[name].numpy().tobytes())
