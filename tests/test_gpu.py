@@ -240,15 +240,8 @@ def test_local_ranks_refuse_gpus_named_otherwise_than_by_index(monkeypatch):
 @pytest.mark.gpu
 def test_two_ranks_sharing_the_gpu_equal_one_rank(corpora, tmp_path):
     """Two processes on one GPU talk through gloo (NCCL needs a GPU per rank)."""
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
-    variant = small_variant(steps=6, dropout=0.0)
-    launch_training(experiment, variant, *corpora, tmp_path / "one", tmp_path, launcher="inline")
-    launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local",
-                    tasks=2)
-    _assert_same_model(_final(tmp_path / "one")["model"], _final(tmp_path / "two")["model"],
-                       variant.model, atol=1e-5)
-    summary = json.loads((tmp_path / "two/train/summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["device"] != "cpu"
+    _assert_two_ranks_train_as_one(small_variant(steps=6, dropout=0.0), corpora, tmp_path,
+                                   atol=1e-5)
 
 
 @pytest.mark.gpu
@@ -258,14 +251,20 @@ def test_two_ranks_replaying_captured_passes_train_as_one_rank_does(corpora, tmp
     DDP's hooks all-reduce; fp32, two steps, so that a gradient left out of the all-reduce
     (an lr of ~8e-3 at step 1) shows far above the ranks' summation order. Its own gpu-check
     step (pytest-gpu-ranks): three compiled trainings take minutes."""
-    experiment = load_experiment(ROOT / "configs/tiny.yaml")
     variant = small_variant(steps=2, dropout=0.0, precision="fp32", compile=True,
                             pass_buckets=True, cuda_graphs=True)
+    _assert_two_ranks_train_as_one(variant, corpora, tmp_path, atol=1e-4)
+
+
+def _assert_two_ranks_train_as_one(variant, corpora, tmp_path: Path, atol: float) -> None:
+    """``variant`` trained by one process, then by two sharing the GPU (``--launcher local``):
+    the same model within ``atol``."""
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
     launch_training(experiment, variant, *corpora, tmp_path / "one", tmp_path, launcher="inline")
     launch_training(experiment, variant, *corpora, tmp_path / "two", tmp_path, launcher="local",
                     tasks=2)
     _assert_same_model(_final(tmp_path / "one")["model"], _final(tmp_path / "two")["model"],
-                       variant.model, atol=1e-4)
+                       variant.model, atol=atol)
     summary = json.loads((tmp_path / "two/train/summary.json").read_text())
     assert summary["world_size"] == 2 and summary["device"] != "cpu"
 
