@@ -15,8 +15,9 @@ from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.decoding.translate import translate_sentences
 from reproduce.errors import DataError
-from reproduce.model.architectures import Seq2Seq, build_model
+from reproduce.model.architectures import build_model
 from reproduce.special_tokens import BOS, EOS, PAD
+from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 DECODING = DecodingConfig(beam_size=2, max_length_offset=3, max_sentences_per_batch=2)
 PROGRESS = re.compile(r"decode input: (\d+)/(\d+) sentences \(\d+\.\d%\), \S+ sentences/s, "
@@ -59,18 +60,9 @@ def recording(built):
 
 @pytest.fixture(scope="module")
 def trained(processor):
-    """A tiny model trained 60 steps on the tiny corpus, on one thread (another count sums in
-    another order, and gives another model): its translations end where it learned to end them,
-    at varied steps well before their length limit."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _train(processor)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train(processor) -> Seq2Seq:
+    """A tiny model trained 60 steps on the tiny corpus, on the module's one thread (another
+    count sums in another order, and gives another model): its translations end where it learned
+    to end them, at varied steps well before their length limit."""
     torch.manual_seed(0)
     pairs = generate_corpus(300, 0, 0, seed=3)["train"]
     sources = [ids + [EOS] for ids in processor.encode([source for source, _ in pairs])]
