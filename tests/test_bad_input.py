@@ -572,7 +572,6 @@ def _evaluate_without_test_checkpoint(world: World) -> list:
             "--split", "test", "--checkpoint-name", "averaged", *split]
 
 
-
 def _evaluate_one_split(world: World, folder: Path, encoded: Path) -> list:
     """``evaluate`` of the dev split: three lines, their own reference."""
     source = _lines(world, "three.txt", 3)
@@ -607,25 +606,24 @@ def test_evaluate_loads_a_checkpoint_once_and_writes_what_decode_and_score_write
     try:
         cli.main(["evaluate", *map(str, _evaluate_one_split(world, tmp_path, world.encoded))])
         assert loads == [world.checkpoint]
-        apart = tmp_path / "apart"
-        arguments = _evaluate_one_split(world, apart, world.encoded)
-        options = dict(zip(arguments[::2], arguments[1::2], strict=True))
+        apart, source = tmp_path / "apart", world.root / "three.txt"
         cli.main(["decode", *map(str, [
             "--experiment", world.experiment, "--variant", "base", "--checkpoint",
-            world.checkpoint, "--spm-model", world.spm, "--source", options["--source"],
-            "--out", options["--translations"]])])
+            world.checkpoint, "--spm-model", world.spm, "--source", source,
+            "--out", apart / "hyp.txt"])])
         cli.main(["score", *map(str, [
             "--experiment", world.experiment, "--variant", "base", "--split", "dev",
-            "--checkpoint-name", "last", "--translations", options["--translations"],
-            "--reference", options["--reference"], "--checkpoint", world.checkpoint,
-            "--encoded", world.encoded, "--results", options["--results"],
-            "--out", options["--out"]])])
+            "--checkpoint-name", "last", "--translations", apart / "hyp.txt",
+            "--reference", source, "--checkpoint", world.checkpoint,
+            "--encoded", world.encoded, "--results", apart / "results",
+            "--out", apart / "scores.json"])])
         assert len(loads) == 3
     finally:
         torch.set_num_threads(threads)
     assert (tmp_path / "hyp.txt").read_text() == (apart / "hyp.txt").read_text()
     assert json.loads((tmp_path / "scores.json").read_text()) == \
         json.loads((apart / "scores.json").read_text())
+
 
 MORE_CASES = [
     # evaluate's options, given once per split
