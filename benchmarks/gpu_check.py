@@ -11,7 +11,9 @@ whatever happens; a step that fails or runs out of time never stops the later on
    ``torch.compile``d, and a profile of a few more steps of each (``--profile``: where a step's
    time goes); base and big eager again with padded attention (``--attention padded``; the
    configs' ``auto`` runs varlen on GPUs); last, base compiled with CUDA graphs of bucketed
-   passes (``--cuda-graphs``), padded and packed (``--attention varlen``);
+   passes (``--cuda-graphs``), padded and packed (``--attention varlen``); and the small model a
+   user tries first (``--size small``: N=3, d_model 256, 3,000-token steps), eager, compiled
+   and with CUDA graphs, whose figure is its steps a second;
 4. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
    base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
    trained-like ones (``--lengths``); then base with trained-like lengths reading which
@@ -50,7 +52,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import attention_table, beam_headline, profile_lines, steps_line
+from profile_table import (attention_table, beam_headline, profile_lines, steps_line,
+                           trainer_headline)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -126,12 +129,16 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
            "--profile", "3"]
     # The configs' attention (varlen on GPUs) against the padded batch's: time and peak memory.
     padded = ["--attention", "padded"]
+    # A first model of one's own (N=3, d_model 256, 3,000-token steps): how many steps a second.
+    small = ["--pairs", "100000", "--steps", "400", "--log-every", "100", "--precision", "bf16",
+             "--profile", "10"]
     return [pytest,
             _attention(logs, []),
             _trainer(logs, "base", base, 90),
             _trainer(logs, "big", big, 120),
             _trainer(logs, "base", [*base, *padded], 90, variant="padded"),
             _trainer(logs, "big", [*big, *padded], 120, variant="padded"),
+            _trainer(logs, "small", small, 60),
             _beam(logs, "base", ["--profile"], 90),
             _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
@@ -161,6 +168,9 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                      variant="graphs"),
             _trainer(logs, "base", [*base, "--cuda-graphs", "--attention", "varlen"], 200,
                      compiled=True, variant="graphs-varlen"),
+            _trainer(logs, "small", small, 150, compiled=True),
+            _trainer(logs, "small", [*small, "--cuda-graphs"], 200, compiled=True,
+                     variant="graphs"),
             _pytest(logs, "pytest-gpu-ranks", RANKS_TESTS, 300)]
 
 
@@ -342,12 +352,8 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
             continue
         figures = outcome.figures
         if outcome.step.kind == "trainer":
-            compiled = ", compiled" if outcome.step.compiled else ""
-            for window in ("cold", "warm"):
-                row = figures["headlines"][window]
-                lines.append(f"{figures['name']} {figures['size']} (trainer{compiled}, {window}): "
-                             f"{row['target_tokens_per_second'] / 1000:,.1f}k target tok/s, "
-                             f"exact MFU {_percent(row['mfu'], 'n/a (no known peak)')}")
+            how = "trainer, compiled" if outcome.step.compiled else "trainer"
+            lines += [trainer_headline(figures, window, how) for window in ("cold", "warm")]
         elif outcome.step.kind == "beam":
             lines.append(beam_headline(figures))
         elif outcome.step.kind == "loss_memory":
@@ -386,11 +392,11 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                  f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
                  f"{figures['max_tokens_per_device']}, {figures['passes_per_step']:.2f} passes a "
                  f"step, peak memory {_mib(figures['peak_memory_mib'])}", "",
-                 "| window ends at step | target tok/s | model TFLOP/s | MFU |",
-                 "|---|---|---|---|"]
-        lines += [f"| {w['step']} | {w['target_tokens_per_second']:,.0f} | "
-                  f"{w['model_tflops_per_second']:.3f} | {_percent(w['mfu'], 'n/a')} |"
-                  for w in figures["windows"]]
+                 "| window ends at step | steps/s | target tok/s | model TFLOP/s | MFU |",
+                 "|---|---|---|---|---|"]
+        lines += [f"| {w['step']} | {w['steps_per_second']:.1f} | "
+                  f"{w['target_tokens_per_second']:,.0f} | {w['model_tflops_per_second']:.3f} | "
+                  f"{_percent(w['mfu'], 'n/a')} |" for w in figures["windows"]]
         return lines + _profile(figures)
     if kind == "beam":
         return [f"{figures['lengths']} lengths; {figures['sentences']} sentences, "

@@ -1,7 +1,6 @@
-"""How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``),
-``beam_speed.py`` its figures' line and ``varlen_attention.py`` its table,
-as ``gpu_check.py``'s report shows them (standard library
-only: the report's process imports no torch)."""
+"""How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``) and their
+headlines, and ``varlen_attention.py`` its table, as ``gpu_check.py``'s report shows them
+(standard library only: the report's process imports no torch)."""
 
 from __future__ import annotations
 
@@ -28,6 +27,17 @@ def profile_lines(profiled: dict) -> list[str]:
 
 def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def trainer_headline(figures: dict, label: str, how: str = "trainer") -> str:
+    """The headline of a run's ``label`` (cold or warm) window: its rates, as BENCHMARKS.md
+    quotes them; ``how`` says how it ran."""
+    headline = figures["headlines"][label]
+    mfu = (f"{100 * headline['mfu']:.1f}%" if headline["mfu"] is not None
+           else "n/a (no known peak)")
+    return (f"{figures['name']} {figures['size']} ({how}, {label}): "
+            f"{headline['target_tokens_per_second'] / 1000:,.1f}k target tok/s, exact MFU {mfu}, "
+            f"{headline['steps_per_second']:.1f} steps/s")
 
 
 def beam_headline(figures: dict) -> str:

@@ -8,12 +8,17 @@ throughput is the first logging window (kernels meeting shapes for the first tim
 warm is the median of the later ones. FLOPs are counted exactly (reproduce.model.flops) and MFU is
 against the GPU's dense bf16 peak. Prints one headline line per run, e.g.
 
-    H100 base (trainer, warm): 912k target tok/s, exact MFU 36.1%
+    H100 base (trainer, warm): 912.0k target tok/s, exact MFU 36.1%, 36.5 steps/s
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) so that a run takes a minute:
 
     .venv/bin/python benchmarks/trainer_speed.py --size cpu --pairs 20000 --tokens-per-step 4000 \\
         --steps 12 --log-every 4
+
+``--size small`` is a model a user tries first on one GPU: N=3, d_model=256, 4 heads, steps of
+3,000 tokens in passes of at most 3,000 (unless ``--tokens-per-step`` and
+``--max-tokens-per-device`` say otherwise). Its steps are so short that the host's work per
+step, not the GPU's, sets their pace: its headline is steps per second.
 
 ``--profile K`` then profiles K more steps of the trained (warm, compiled where asked) trainer
 with torch.profiler: the wall time of a profiled step, the device's busy time (its kernels' time
@@ -51,10 +56,13 @@ from reproduce.data.encoded import EncodedCorpusWriter
 from reproduce.model.flops import peak_flops
 from reproduce.files import read_records, write_json
 from reproduce.training.assembly import build_trainer
-from profile_table import profile_lines
+from profile_table import profile_lines, trainer_headline
 
 ROOT = Path(__file__).resolve().parents[1]
+# The reduced models of --size cpu and small, and small's tokens a step and a pass.
 CPU_MODEL = {"layers": 2, "d_model": 256, "d_ff": 1024, "heads": 4, "d_k": 64, "d_v": 64}
+SMALL_MODEL = {**CPU_MODEL, "layers": 3}
+SMALL_TOKENS = 3_000
 TOP_KERNELS, TOP_HOST_OPS = 15, 10
 # The CUDA runtime and driver calls by which the host launches work on the GPU.
 HOST_LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
@@ -90,7 +98,11 @@ def variant_for(experiment: Experiment, size: str, steps: int, log_every: int,
                 max_tokens_per_device: int | None = None, pass_buckets: bool = False,
                 attention: str = "auto", cuda_graphs: bool = False):
     variant = experiment.variant("big" if size == "big" else "base")
-    model = variant.model.model_copy(update=CPU_MODEL) if size == "cpu" else variant.model
+    reduced = {"cpu": CPU_MODEL, "small": SMALL_MODEL}
+    model = variant.model.model_copy(update=reduced[size]) if size in reduced else variant.model
+    if size == "small":
+        tokens_per_step = tokens_per_step or SMALL_TOKENS
+        max_tokens_per_device = max_tokens_per_device or SMALL_TOKENS
     training = variant.training.model_copy(update={
         "steps": steps, "log_every_steps": log_every, "eval_every_steps": 10 * steps,
         "compile": compile_model or cuda_graphs,
@@ -108,7 +120,7 @@ def variant_for(experiment: Experiment, size: str, steps: int, log_every: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=["cpu", "base", "big"], default="cpu")
+    parser.add_argument("--size", choices=["cpu", "small", "base", "big"], default="cpu")
     parser.add_argument("--pairs", type=int, default=200_000, help="synthetic training pairs")
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--steps", type=int, default=300)
@@ -117,9 +129,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16", "fp16", "auto"],
                         help="default: the config's")
     parser.add_argument("--tokens-per-step", type=int,
-                        help="default: the config's 25,000 (CPUs: fewer)")
+                        help="default: the config's 25,000 (small: 3,000; CPUs: fewer)")
     parser.add_argument("--max-tokens-per-device", type=int,
-                        help="tokens of a device pass (default: the config's)")
+                        help="tokens of a device pass (default: the config's; small: 3,000)")
     parser.add_argument("--pass-buckets", action="store_true",
                         help="training.pass_buckets: passes of few shapes")
     parser.add_argument("--cuda-graphs", action="store_true",
@@ -168,17 +180,15 @@ def main() -> None:
           f"cuda_graphs {args.cuda_graphs}, attention {args.attention}, passes per step "
           f"{figures['passes_per_step']}, peak memory "
           + (f"{peak_mib:,.0f} MiB" if peak_mib is not None else "n/a"))
-    print("\n| window (steps) | target tok/s | model TFLOP/s | MFU |\n|---|---|---|---|")
+    print("\n| window (steps) | steps/s | target tok/s | model TFLOP/s | MFU |\n"
+          "|---|---|---|---|---|")
     for row in figures["windows"]:
         mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
-        print(f"| {row['step']} | {row['target_tokens_per_second']:,.0f} | "
-              f"{row['model_tflops_per_second']:.3f} | {mfu} |")
+        print(f"| {row['step']} | {row['steps_per_second']:.1f} | "
+              f"{row['target_tokens_per_second']:,.0f} | {row['model_tflops_per_second']:.3f} | "
+              f"{mfu} |")
     for label in ("cold", "warm"):
-        headline = figures["headlines"][label]
-        mfu = (f"{100 * headline['mfu']:.1f}%" if headline["mfu"] is not None
-               else "n/a (no known peak)")
-        print(f"{figures['name']} {args.size} (trainer, {label}): "
-              f"{headline['target_tokens_per_second'] / 1000:,.1f}k target tok/s, exact MFU {mfu}")
+        print(trainer_headline(figures, label))
     if profiled:
         figures["profile"] = profiled
         print("\n".join(profile_lines(profiled)))
@@ -235,6 +245,7 @@ def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: boo
         headlines[label] = {
             "target_tokens_per_second": statistics.median(row["target_tokens_per_second"]
                                                           for row in rows),
+            "steps_per_second": statistics.median(row["steps_per_second"] for row in rows),
             "model_tflops_per_second": flops / 1e12, "mfu": flops / peak if peak else None}
     return {
         "benchmark": "trainer_speed", "device": device,
@@ -244,7 +255,7 @@ def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: boo
         "mean_source_tokens_per_step": summary["mean_source_tokens_per_step"],
         "mean_target_tokens_per_step": summary["mean_target_tokens_per_step"],
         "padding": summary["padding_waste"], "peak_flops": peak,
-        "windows": [{"step": row["step"],
+        "windows": [{"step": row["step"], "steps_per_second": row["steps_per_second"],
                      "target_tokens_per_second": row["target_tokens_per_second"],
                      "model_tflops_per_second": row["model_tflops_per_second"],
                      "mfu": row.get("mfu")} for row in windows],

@@ -34,18 +34,25 @@ def test_model_speed_compares_ours_with_the_peers():
 
 
 def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
-    output = _run("trainer_speed.py", "--size", "cpu", "--pairs", "2000", "--vocab", "500",
+    """The small model (gpu-check's CPU smoke runs --size cpu): its own steps of 3,000 tokens in
+    passes of at most 3,000, and steps a second in the headline."""
+    output = _run("trainer_speed.py", "--size", "small", "--pairs", "2000", "--vocab", "500",
                   "--steps", "4", "--log-every", "2", "--profile", "2", "--json",
                   str(tmp_path / "figures.json"))
-    assert "CPU cpu (trainer, cold):" in output and "CPU cpu (trainer, warm):" in output
+    assert "CPU small (trainer, cold):" in output and "CPU small (trainer, warm):" in output
     assert "mean tokens per step" in output and "exact MFU n/a" in output
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["name"] == "CPU" and figures["steps"] == 4
+    assert figures["max_tokens_per_device"] == 3000
+    assert 2500 < figures["mean_target_tokens_per_step"] < 3500
     assert [window["step"] for window in figures["windows"]] == [2, 4]
-    warm = figures["headlines"]["warm"]
+    warm, last = figures["headlines"]["warm"], figures["windows"][1]
     assert warm["mfu"] is None and warm["target_tokens_per_second"] == (
-        figures["windows"][1]["target_tokens_per_second"])
-    assert f"(trainer, warm): {warm['target_tokens_per_second'] / 1000:,.1f}k" in output
+        last["target_tokens_per_second"]) and warm["steps_per_second"] == last["steps_per_second"]
+    assert last["steps_per_second"] == pytest.approx(
+        last["target_tokens_per_second"] / figures["mean_target_tokens_per_step"], rel=0.3)
+    assert (f"(trainer, warm): {warm['target_tokens_per_second'] / 1000:,.1f}k target tok/s, "
+            f"exact MFU n/a (no known peak), {warm['steps_per_second']:.1f} steps/s") in output
     # two more steps profiled: on a CPU no kernels, the host's own operations, matrix products
     # among them, each called at least once a step
     profiled = figures["profile"]

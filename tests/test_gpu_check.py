@@ -67,7 +67,7 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     block = report.split("## Headlines (for BENCHMARKS.md)")[1].split("```")[1]
     assert all(line in block.splitlines() for line in headlines)
     # every throughput window and every loss-memory row of the logs, as the logs print them
-    windows = _lines_with(trainer, r"^\| \d+ \| [\d,]+ \| [\d.]+ \| n/a \|$")
+    windows = _lines_with(trainer, r"^\| \d+ \| [\d.]+ \| [\d,]+ \| [\d.]+ \| n/a \|$")
     rows = _lines_with(_log(smoke_run, "loss-memory"), r"^\| (unfused|chunked) \| 64 \|")
     attention = _lines_with(_log(smoke_run, "varlen-attention"),
                             r"^\| [\d,]+ \| (base|big) \| (encoder|decoder|cross) \|")
