@@ -104,6 +104,7 @@ class Trainer:
         self.config, self.training, self.precision = variant.model, variant.training, precision
         self.stream, self.train_corpus, self.dev_corpus = stream, stream.corpus, dev_corpus
         self.model, self.passes = model, passes
+        model.train()  # dropout on; evaluating puts it back as it found it
         self.optimizer_update, self.optimizer = optimizer_update, optimizer_update.optimizer
         self.schedule, self.records, self.interruption = schedule, records, interruption
         self.rank, self.world = distributed.rank(), distributed.world_size()
@@ -155,7 +156,6 @@ class Trainer:
         group = self.stream.next_step()
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
-        self.model.train()
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
         self.optimizer.zero_grad(set_to_none=self._hands_gradients_over(len(batches)))
         # loss, padded positions, passes: summed on the device, read after the step
