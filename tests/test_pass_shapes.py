@@ -3,7 +3,9 @@ loss nor any gradient, and the shapes stay few and bounded; and a training step 
 logs nor checkpoints does not wait for the host."""
 
 import importlib.util
+import json
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -182,6 +184,57 @@ def test_a_step_that_neither_logs_nor_saves_does_not_synchronise_with_the_host(c
         assert trainer.step == 3 and counter.total() == 0, (counter.methods, counter.operations)
         assert queued.readings.device.type == "cpu"
         assert np.isfinite(queued.outcome().loss)
+
+
+ASKED_AT = 8  # rank 1 is asked to stop as it queues this step
+
+
+def test_ranks_learn_of_a_stop_with_a_steps_totals_and_stop_together(corpora, tmp_path):
+    """Two gloo ranks, rank 1 asked to stop as it queues step 8: the request travels in step 8's
+    totals, which both ranks read once step 9 is queued, so both stop after step 9 (rank 0
+    saving it), and no round of the loop whose step neither logs nor saves reads more from the
+    device than the totals of the step before (one ``.tolist()``): agreeing on a stop at every
+    step would make each step wait for the device."""
+    torch.multiprocessing.spawn(_two_rank_loop, args=(corpora, tmp_path), nprocs=2)
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    assert [rank["step"] for rank in ranks] == [ASKED_AT + 1] * 2
+    assert ranks[0]["reason"] == "another rank was asked to stop"
+    assert (tmp_path / f"run/checkpoints/step_{ASKED_AT + 1:08d}.pt").exists()
+    for rank in ranks:
+        quiet = [reads for step, reads in rank["rounds"] if step % 6 and step <= ASKED_AT]
+        assert len(quiet) == ASKED_AT - 1 and all(reads in ({}, {"tolist": 1})
+                                                  for reads in quiet), rank["rounds"]
+
+
+def _two_rank_loop(rank: int, corpora, folder) -> None:
+    """One rank of the test above: 12 steps saved at 6 and 12, logged and evaluated at 12; writes
+    the step it stopped at, its stop reason and, for each round of the loop (from one step's
+    ``_train_step`` to the next's), its step and the host reads counted."""
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/store",
+                                         rank=rank, world_size=2)
+    checkpoints = TINY.variant("base").training.checkpoints.model_copy(
+        update={"every_steps": 6})
+    variant = small_variant(steps=12, log_every_steps=12, eval_every_steps=12,
+                            checkpoints=checkpoints)
+    trainer = build_trainer(variant, TINY, *corpora, folder / "run")
+    counter, rounds, queue_step = step_shapes.HostSyncCounter(), [], trainer._train_step
+
+    def counted_step():
+        rounds.append([trainer.step + 1, Counter(counter.methods)])
+        if rank == 1 and trainer.step + 1 == ASKED_AT:
+            trainer.interruption.request("asked by the test")
+        return queue_step()
+
+    trainer._train_step = counted_step
+    with counter:
+        trainer.run()
+    ends = [*(start for _, start in rounds[1:]), counter.methods]
+    reads = [[step, dict(end - start)]
+             for (step, start), end in zip(rounds, ends, strict=True)]
+    (folder / f"rank{rank}.json").write_text(json.dumps(
+        {"step": trainer.step, "reason": trainer.interruption.reason, "rounds": reads}))
+    torch.distributed.destroy_process_group()
 
 
 def test_the_counter_counts_what_synchronises():

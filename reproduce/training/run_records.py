@@ -43,6 +43,7 @@ class StepOutcome(NamedTuple):
     passes: float  # forward/backward passes per rank
     grad_norm: torch.Tensor  # of the true gradient before clipping
     gradient_finite: bool
+    stop_asked: bool  # some rank had been asked to stop when it queued the step
 
 
 @dataclass

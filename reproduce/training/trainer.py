@@ -13,7 +13,8 @@ ranks nor the cut into passes changes the model, and a resumed run replays exact
 uninterrupted run would have drawn. Nothing in a step waits for the device: shapes come from
 the host's collate, never from the data on the device, and the step's totals (loss, padding,
 passes, a non-finite gradient) are read once the next step is queued (:class:`QueuedStep`), or
-at once where the step logs, evaluates, saves or ends the run. ``training.pass_buckets`` gives
+at once where the step logs, evaluates, saves or ends the run; where there are several ranks, a
+stop request travels with them (:meth:`Trainer._stopping`). ``training.pass_buckets`` gives
 the passes few shapes (:func:`reproduce.training.batching.pass_shape`). Every step's exact FLOPs
 (:mod:`reproduce.model.flops`) are counted from its pairs' lengths, for throughput and MFU.
 A pass itself (forward, loss and its gradients; eager or compiled, attention packed or padded)
@@ -23,8 +24,9 @@ The loop is handed its parts built, a resumed run's state loaded
 (:mod:`reproduce.training.assembly`, which reads the corpora and the checkpoint): raising
 ``training.steps`` continues a run, changing anything else is refused. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
-signal, the parent's death) ends the run after the current step, with a checkpoint of that step;
-off the save grid, that checkpoint serves resuming only (:mod:`reproduce.training.checkpoints`),
+signal, the parent's death) ends the run after the current step (with several ranks, after the
+step in which they all learn of it, two later at most), with a checkpoint of that step; off the
+save grid, that checkpoint serves resuming only (:mod:`reproduce.training.checkpoints`),
 so the checkpoints averaged, listed in ``train/checkpoints.json`` at the end, are those of an
 uninterrupted run.
 
@@ -158,8 +160,9 @@ class Trainer:
         attempted = self.step + 1
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
         self.optimizer.zero_grad(set_to_none=self._hands_gradients_over(len(batches)))
-        # loss, padded positions, passes: summed on the device, read after the step
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        # loss, padded positions, passes, ranks asked to stop: summed on the device (and over
+        # the ranks), read after the step
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
         factor = self.world / target_tokens  # each pass's loss: a share of the step's mean
         loss_gradient = self.optimizer_update.loss_gradient(factor, self.device)
         for number, pending in enumerate(batches):
@@ -171,6 +174,8 @@ class Trainer:
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
         totals[2] += len(batches)
+        if self.interruption.pending() is not None:
+            totals[3] += 1
         distributed.all_reduce_sum(totals)
         set_learning_rate(self.optimizer, learning_rate(
             attempted, self.config.d_model, self.training.warmup_steps,
@@ -234,8 +239,9 @@ class Trainer:
         while self.step < last_step:
             started = time.monotonic()
             step = self._train_step()
+            asked = False  # whether the totals read in this round say a rank was asked to stop
             if queued is not None:  # while this step's work is queued: the device stays busy
-                self._account(queued, window, progress)
+                asked = self._account(queued, window, progress).stop_asked
                 queued = None
             self.totals.wall_seconds += time.monotonic() - started
             if not step.applied:  # an fp16 overflow: not a step
@@ -248,20 +254,21 @@ class Trainer:
             evaluates = self.step % t.eval_every_steps == 0 or self.step == t.steps
             if logs or evaluates:
                 outcome = self._account(step, window, progress)
+                asked = asked or outcome.stop_asked
                 if logs:
                     self._log_progress(outcome, window, progress)
                     window = ThroughputWindow()
                 if evaluates:
                     self._evaluate()
-            stopping = stop_agreed(self.interruption, self.world, self.device)
-            saves = self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
-                                        or stopping)
+            stopping = self._stopping(asked)
+            # every rank reads the totals of the same steps, so that they learn of a stop together
+            ends_segment = self.schedule.due(self.step) or self.step == last_step or stopping
             if not (logs or evaluates):
-                if saves or stopping or self.step == last_step:
+                if ends_segment:
                     self._account(step, window, progress)
                 else:
                     queued = step  # read once the next step is queued
-            if saves:
+            if ends_segment and self.rank == 0:
                 self.schedule.save(self.state(), self.step)
             if stopping:
                 log.warning("stopped after step %d (%s); checkpoint saved", self.step,
@@ -271,6 +278,18 @@ class Trainer:
         if self.step < t.steps or self.rank != 0:
             return None
         return self._finish()
+
+    def _stopping(self, asked: bool) -> bool:
+        """Whether the run stops after this step. One rank stops as soon as it is asked. Ranks
+        must stop at the same step, and asking each other at every step would make every step
+        wait for the device: a rank's request goes into the totals of the next step it queues,
+        summed over the ranks with them, so that every rank learns of it (``asked``) when it
+        reads those totals, one step later or at once where the step logs, and stops then."""
+        if self.world == 1:
+            return self.interruption.pending() is not None
+        if asked:
+            self.interruption.request("another rank was asked to stop")
+        return asked
 
     def _account(self, step: "QueuedStep", window: ThroughputWindow,
                  progress: tqdm) -> StepOutcome:
@@ -326,7 +345,8 @@ def check_finite(outcome: StepOutcome, attempted: int, precision: str) -> None:
 
 class QueuedStep:
     """An optimizer step whose work is queued on the device: what the host knows of it, and its
-    totals (summed loss, padded positions, passes, a non-finite gradient) on their way.
+    totals (summed loss, padded positions, passes, ranks asked to stop, a non-finite gradient) on
+    their way.
 
     On a GPU the totals are copied into pinned host memory behind the step's kernels, and an
     event marks the copy's end: reading them waits for that step alone, not for the next one,
@@ -346,23 +366,10 @@ class QueuedStep:
     def outcome(self) -> StepOutcome:
         if self.ready is not None:
             self.ready.synchronize()
-        loss_total, padded, passes, not_finite = self.readings.tolist()
+        loss_total, padded, passes, asked, not_finite = self.readings.tolist()
         return StepOutcome(self.applied, loss_total / self.target_tokens, self.source_tokens,
                            self.target_tokens, self.flops, int(padded), passes / self.world,
-                           self.grad_norm, not not_finite)
-
-
-def stop_agreed(interruption: Interruption, world: int, device: torch.device) -> bool:
-    """Whether any rank was asked to stop (all ranks agree, so they stop at the same step)."""
-    requested = interruption.pending() is not None
-    if world == 1:
-        return requested
-    flag = torch.tensor([float(requested)], device=device)
-    distributed.all_reduce_sum(flag)
-    if flag.item() > 0:
-        interruption.request("another rank was asked to stop")
-        return True
-    return False
+                           self.grad_norm, not not_finite, asked > 0)
 
 
 def checkpoint_bytes(model: torch.nn.Module) -> int:
