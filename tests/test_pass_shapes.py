@@ -6,6 +6,7 @@ import importlib.util
 import json
 import sys
 from collections import Counter
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -189,32 +190,41 @@ def test_a_step_that_neither_logs_nor_saves_does_not_synchronise_with_the_host(c
 ASKED_AT = 8  # rank 1 is asked to stop as it queues this step
 
 
-def test_ranks_learn_of_a_stop_with_a_steps_totals_and_stop_together(corpora, tmp_path):
+@pytest.mark.parametrize("every_minutes", [0.0, 1e-6], ids=["grid-saves", "timed-saves"])
+def test_ranks_learn_of_a_stop_with_a_steps_totals_and_stop_together(corpora, tmp_path,
+                                                                      every_minutes):
     """Two gloo ranks, rank 1 asked to stop as it queues step 8: the request travels in step 8's
-    totals, which both ranks read once step 9 is queued, so both stop after step 9 (rank 0
-    saving it), and no round of the loop whose step neither logs nor saves reads more from the
+    totals, and both ranks stop after step 9 (rank 0 saving it), by when both have read them,
+    also where rank 0 saves every step on the clock (reading each step's totals at once, rank 1
+    a step late). No round of the loop whose step neither logs nor saves reads more from the
     device than the totals of the step before (one ``.tolist()``): agreeing on a stop at every
     step would make each step wait for the device."""
-    torch.multiprocessing.spawn(_two_rank_loop, args=(corpora, tmp_path), nprocs=2)
+    torch.multiprocessing.spawn(_two_rank_loop, args=(corpora, tmp_path, every_minutes),
+                                nprocs=2)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert [rank["step"] for rank in ranks] == [ASKED_AT + 1] * 2
     assert ranks[0]["reason"] == "another rank was asked to stop"
     assert (tmp_path / f"run/checkpoints/step_{ASKED_AT + 1:08d}.pt").exists()
-    for rank in ranks:
-        quiet = [reads for step, reads in rank["rounds"] if step % 6 and step <= ASKED_AT]
+    saved_on_the_clock = every_minutes > 0
+    for rank, record in enumerate(ranks):
+        if rank == 0 and saved_on_the_clock:
+            continue
+        quiet = [reads for step, reads in record["rounds"] if step % 6 and step <= ASKED_AT]
         assert len(quiet) == ASKED_AT - 1 and all(reads in ({}, {"tolist": 1})
-                                                  for reads in quiet), rank["rounds"]
+                                                  for reads in quiet), record["rounds"]
 
 
-def _two_rank_loop(rank: int, corpora, folder) -> None:
-    """One rank of the test above: 12 steps saved at 6 and 12, logged and evaluated at 12; writes
+def _two_rank_loop(rank: int, corpora, folder, every_minutes: float) -> None:
+    """One rank of the test above: 12 steps saved at 6 and 12 (and every ``every_minutes``),
+    logged and evaluated at 12; writes
     the step it stopped at, its stop reason and, for each round of the loop (from one step's
     ``_train_step`` to the next's), its step and the host reads counted."""
     torch.set_num_threads(1)
+    # ranks that disagree on the last step wait for each other's collective: fail within a minute
     torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/store",
-                                         rank=rank, world_size=2)
+                                         rank=rank, world_size=2, timeout=timedelta(seconds=60))
     checkpoints = TINY.variant("base").training.checkpoints.model_copy(
-        update={"every_steps": 6})
+        update={"every_steps": 6, "every_minutes": every_minutes})
     variant = small_variant(steps=12, log_every_steps=12, eval_every_steps=12,
                             checkpoints=checkpoints)
     trainer = build_trainer(variant, TINY, *corpora, folder / "run")

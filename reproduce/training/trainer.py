@@ -25,10 +25,10 @@ The loop is handed its parts built, a resumed run's state loaded
 ``training.steps`` continues a run, changing anything else is refused. A stop request
 (:class:`reproduce.training.interruption.Interruption`: SIGTERM, SIGHUP, Slurm's pre-timeout
 signal, the parent's death) ends the run after the current step (with several ranks, after the
-step in which they all learn of it, two later at most), with a checkpoint of that step; off the
-save grid, that checkpoint serves resuming only (:mod:`reproduce.training.checkpoints`),
-so the checkpoints averaged, listed in ``train/checkpoints.json`` at the end, are those of an
-uninterrupted run.
+step that follows the one whose totals bring it, two later at most), with a checkpoint of that
+step; off the save grid, that checkpoint serves resuming only
+(:mod:`reproduce.training.checkpoints`), so the checkpoints averaged, listed in
+``train/checkpoints.json`` at the end, are those of an uninterrupted run.
 
 ``training.precision`` picks the arithmetic (:mod:`reproduce.training.precision`: fp32, bf16,
 fp16 with dynamic loss scaling, or auto); a run keeps the precision it started in, which its
@@ -115,6 +115,7 @@ class Trainer:
         # Batches of a step are assembled in a background thread while the device computes.
         self.loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collate")
         self.step = 0
+        self.stop_after: int | None = None  # with several ranks: the step they all stop after
         self.totals = RunTotals()
 
     # -- state ----------------------------------------------------------------------------------
@@ -239,9 +240,8 @@ class Trainer:
         while self.step < last_step:
             started = time.monotonic()
             step = self._train_step()
-            asked = False  # whether the totals read in this round say a rank was asked to stop
             if queued is not None:  # while this step's work is queued: the device stays busy
-                asked = self._account(queued, window, progress).stop_asked
+                self._account(queued, window, progress)
                 queued = None
             self.totals.wall_seconds += time.monotonic() - started
             if not step.applied:  # an fp16 overflow: not a step
@@ -254,21 +254,20 @@ class Trainer:
             evaluates = self.step % t.eval_every_steps == 0 or self.step == t.steps
             if logs or evaluates:
                 outcome = self._account(step, window, progress)
-                asked = asked or outcome.stop_asked
                 if logs:
                     self._log_progress(outcome, window, progress)
                     window = ThroughputWindow()
                 if evaluates:
                     self._evaluate()
-            stopping = self._stopping(asked)
-            # every rank reads the totals of the same steps, so that they learn of a stop together
-            ends_segment = self.schedule.due(self.step) or self.step == last_step or stopping
+            stopping = self._stopping()
+            saves = self.rank == 0 and (self.schedule.due(self.step) or self.step == last_step
+                                        or stopping)
             if not (logs or evaluates):
-                if ends_segment:
+                if saves or stopping or self.step == last_step:
                     self._account(step, window, progress)
                 else:
                     queued = step  # read once the next step is queued
-            if ends_segment and self.rank == 0:
+            if saves:
                 self.schedule.save(self.state(), self.step)
             if stopping:
                 log.warning("stopped after step %d (%s); checkpoint saved", self.step,
@@ -279,17 +278,19 @@ class Trainer:
             return None
         return self._finish()
 
-    def _stopping(self, asked: bool) -> bool:
+    def _stopping(self) -> bool:
         """Whether the run stops after this step. One rank stops as soon as it is asked. Ranks
         must stop at the same step, and asking each other at every step would make every step
         wait for the device: a rank's request goes into the totals of the next step it queues,
-        summed over the ranks with them, so that every rank learns of it (``asked``) when it
-        reads those totals, one step later or at once where the step logs, and stops then."""
+        summed over the ranks with them, and every rank stops after the step that follows the
+        first step whose totals say so (``stop_after``), by when every rank has read them
+        (ranks read a step's totals at once or a step late, rank 0 at its timed saves too)."""
         if self.world == 1:
             return self.interruption.pending() is not None
-        if asked:
-            self.interruption.request("another rank was asked to stop")
-        return asked
+        if self.stop_after is None or self.step < self.stop_after:
+            return False
+        self.interruption.request("another rank was asked to stop")
+        return True
 
     def _account(self, step: "QueuedStep", window: ThroughputWindow,
                  progress: tqdm) -> StepOutcome:
@@ -298,6 +299,8 @@ class Trainer:
         non-finite gradient's update and every later one were skipped on the device
         (:class:`reproduce.training.precision.OptimizerUpdate`)."""
         outcome = step.outcome()
+        if outcome.stop_asked and self.stop_after is None:
+            self.stop_after = step.attempted + 1
         if not outcome.gradient_finite:
             self.step = step.attempted - 1
         check_finite(outcome, step.attempted, self.precision)
