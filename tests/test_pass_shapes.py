@@ -216,9 +216,9 @@ def test_ranks_learn_of_a_stop_with_a_steps_totals_and_stop_together(corpora, tm
 
 def _two_rank_loop(rank: int, corpora, folder, every_minutes: float) -> None:
     """One rank of the test above: 12 steps saved at 6 and 12 (and every ``every_minutes``),
-    logged and evaluated at 12; writes
-    the step it stopped at, its stop reason and, for each round of the loop (from one step's
-    ``_train_step`` to the next's), its step and the host reads counted."""
+    logged and evaluated at 12; writes the step it stopped at, its stop reason and, for each
+    round of the loop (from one step's ``_train_step`` to the next's), its step and the host
+    reads counted."""
     torch.set_num_threads(1)
     # ranks that disagree on the last step wait for each other's collective: fail within a minute
     torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/store",

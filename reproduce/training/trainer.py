@@ -175,7 +175,7 @@ class Trainer:
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
         totals[2] += len(batches)
-        if self.interruption.pending() is not None:
+        if self.world > 1 and self.interruption.pending() is not None:  # see _stopping
             totals[3] += 1
         distributed.all_reduce_sum(totals)
         set_learning_rate(self.optimizer, learning_rate(
