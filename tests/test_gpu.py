@@ -8,8 +8,10 @@ not a copy of it. The parts of those checks that a CPU can show run everywhere (
 """
 
 import json
+import math
 import os
 import socket
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -377,19 +379,92 @@ def test_a_training_step_that_neither_logs_nor_saves_does_not_synchronise(corpor
         assert outcome.gradient_finite and outcome.loss > 0, buckets
 
 
+def run_counting_synchronisations(trainer: Trainer) -> tuple[dict | None, list[dict]]:
+    """Runs ``trainer`` under ``torch.cuda.set_sync_debug_mode("warn")``: what :meth:`Trainer.run`
+    returns and, for each round of its loop (from one step's ``_train_step`` to the next's: the
+    step queued, the step before read, the log, evaluation or save of this one), its ``step``,
+    the synchronising calls warned of (``synchronised``), the graphs compiled (``compiled``,
+    dynamo's count), and the fewest times any of its passes' shapes ran before (``shape_runs``:
+    a captured pass records a shape's graph at its second run, and replays from the third)."""
+    from torch._dynamo.utils import counters
+
+    rounds, shape_runs, marks = [], Counter(), []
+    queue_step, forward = trainer._train_step, trainer.passes.forward
+    compiled_graphs = counters["stats"]
+
+    def counted_step():
+        rounds.append({"step": trainer.step + 1, "shape_runs": math.inf})
+        marks.append((len(caught), compiled_graphs["unique_graphs"]))
+        return queue_step()
+
+    def shaped_forward(*inputs):
+        shape = tuple(tuple(tensor.shape) for tensor in inputs)
+        rounds[-1]["shape_runs"] = min(rounds[-1]["shape_runs"], shape_runs[shape])
+        shape_runs[shape] += 1
+        return forward(*inputs)
+
+    trainer._train_step, trainer.passes.forward = counted_step, shaped_forward
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            summary = trainer.run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    marks.append((len(caught), compiled_graphs["unique_graphs"]))
+    for record, (warned, graphs), (warned_after, graphs_after) in zip(
+            rounds, marks[:-1], marks[1:], strict=True):
+        record["synchronised"] = sum("synchroniz" in str(warning.message)
+                                     for warning in caught[warned:warned_after])
+        record["compiled"] = graphs_after - graphs
+    return summary, rounds
+
+
+# Steps and their cadence for the rounds above: runs of quiet steps (neither logging, evaluating
+# nor saving) between the logged ones, whose rounds each queue a step and read the one before.
+QUIET_CADENCE = {"steps": 24, "log_every_steps": 4, "eval_every_steps": 12,
+                 "checkpoints": TINY.variant("base").training.checkpoints.model_copy(
+                     update={"every_steps": 12, "keep_last": 5})}
+
+
+def assert_warm_quiet_rounds_do_not_synchronise(trainer: Trainer, rounds: list[dict]) -> None:
+    """No round of the loop that queues a step and reads the step before, neither of which logs,
+    evaluates or saves, waits for the GPU, once warm: after two steps (cuBLAS handles, Adam's
+    state), neither compiling nor meeting a pass shape that its graphs have not replayed
+    before. Such rounds are a step's whole cost on the host in a long run; waiting there would
+    idle the GPU while the host queues the next step."""
+    t = trainer.training
+
+    def quiet(step: int) -> bool:
+        return all(step % every for every in (t.log_every_steps, t.eval_every_steps,
+                                              t.checkpoints.every_steps)) and step != t.steps
+
+    def warm_and_quiet(record: dict) -> bool:
+        step = record["step"]
+        replays = not trainer.passes.graphs or record["shape_runs"] >= 2
+        return step > 2 and quiet(step) and quiet(step - 1) and not record["compiled"] and replays
+
+    warm = [record for record in rounds if warm_and_quiet(record)]
+    assert len(warm) >= 2 and all(record["synchronised"] == 0 for record in warm), rounds
+    assert any(record["synchronised"] for record in rounds), "the warnings were not seen"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("compile_model", [False, True])
 def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, tmp_path,
                                                                         compile_model):
     """The same bf16 training (base widths, dropout 0.1) with attention over packed tokens and
-    over the padded batch: the losses of every logged step agree as bf16 training allows."""
+    over the padded batch: the losses of every logged step agree as bf16 training allows. Both
+    loops, eager and compiled (a GPU's default, with varlen), wait for the GPU only where a step
+    logs, evaluates or saves."""
     losses = {}
     for attention in ("padded", "varlen"):
-        variant = _base_width_variant(steps=20, precision="bf16", attention=attention)
+        variant = _base_width_variant(precision="bf16", attention=attention, **QUIET_CADENCE)
         variant = variant.model_copy(update={"training": variant.training.model_copy(
             update={"compile": compile_model})})
         trainer = build_trainer(variant, TINY, *corpora, tmp_path / attention)
-        trainer.run()
+        assert_warm_quiet_rounds_do_not_synchronise(trainer,
+                                                    run_counting_synchronisations(trainer)[1])
         losses[attention] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                              if "train_loss" in row]
     assert len(losses["varlen"]) == len(losses["padded"]) >= 5
@@ -423,16 +498,20 @@ def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(
     compiled passes without graphs, to bf16's rounding, and a warm step replays graphs. With one
     pass a step the replay's gradients become the parameters' own
     (``Trainer._hands_gradients_over``); with two the first pass's are added into buffers,
-    since the second replay overwrites the graphs' outputs."""
+    since the second replay overwrites the graphs' outputs. Neither loop waits for the GPU in a
+    warm step that neither logs, evaluates nor saves."""
     losses, trainers = {}, {}
     for graphs in (False, True):
-        variant = _base_width_variant(steps=20, precision="bf16", pass_buckets=True,
-                                      max_tokens_per_device=max_tokens_per_device)
+        variant = _base_width_variant(precision="bf16", pass_buckets=True,
+                                      max_tokens_per_device=max_tokens_per_device,
+                                      **QUIET_CADENCE)
         variant = variant.model_copy(update={"training": variant.training.model_copy(
             update={"compile": True, "cuda_graphs": graphs})})
         trainer = trainers[graphs] = build_trainer(variant, TINY, *corpora, tmp_path / str(graphs))
         assert trainer.passes.graphs is graphs
-        passes = trainer.run()["mean_passes_per_step"]
+        summary, rounds = run_counting_synchronisations(trainer)
+        assert_warm_quiet_rounds_do_not_synchronise(trainer, rounds)
+        passes = summary["mean_passes_per_step"]
         assert passes > 1 if max_tokens_per_device == 256 else passes == 1
         losses[graphs] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                           if "train_loss" in row]
