@@ -64,6 +64,9 @@ TAIL_LINES = 40
 GPU_TEST_FILES = ["tests/test_gpu.py", "tests/test_packed_attention.py"]  # their `gpu` tests
 # The gpu tests that compile a training in several processes: a step of their own, run last.
 RANKS_TESTS = "replaying_captured_passes"
+# Beam search's batches where memory, not the CPU's default, bounds them: up to 512 sentences and
+# 262,144 cached positions (beam x (longest source + 50) a sentence).
+GPU_BATCHES = ["--sentences-per-batch", "512", "--tokens-per-batch", "262144"]
 
 PROBE = """
 import json, platform, torch
@@ -158,6 +161,14 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _beam(logs, "base", ["--lengths", "trained", "--check-every", "8", "--cuda-graphs",
                                  "--sentences-per-batch", "256", "--profile"], 60,
                   "trained-check8-256-graphs"),
+            # Batches sized by a GPU's memory (4x the default positions: 6.4 GB of fp32 keys
+            # and values for base, 12.9 GB for big), fp32 and big in bf16.
+            _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs"], 90,
+                  "check8-512-graphs"),
+            _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs"], 120,
+                  "check8-512-graphs"),
+            _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                "--precision", "bf16"], 120, "check8-512-graphs-bf16"),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",
                          ["--bf16", "--compile"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
