@@ -107,7 +107,7 @@ class Outcome:
 
 def plan(cuda: bool, logs: Path) -> list[Step]:
     """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
-    pytest = _pytest(logs, "pytest-gpu", f"not {RANKS_TESTS}", 240)
+    pytest = _pytest(logs, "pytest-gpu", f"not {RANKS_TESTS}", 300)
     if not cuda:
         trainer = ["--pairs", "2000", "--vocab", "500", "--tokens-per-step", "2000", "--steps",
                    "4", "--log-every", "2", "--profile", "1"]
