@@ -57,10 +57,12 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import torch
 
+from reproduce.config import DecodingPrecision
 from reproduce.experiment_file import load_experiment
 from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.decoding.translate import translate_sentences
@@ -173,7 +175,7 @@ def main() -> None:
                         help="decoding.max_tokens_per_batch (default: the config's)")
     parser.add_argument("--cuda-graphs", action="store_true", default=None,
                         help="decoding.cuda_graphs: the decoder's steps replayed as CUDA graphs")
-    parser.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+    parser.add_argument("--precision", choices=get_args(DecodingPrecision),
                         help="decoding.precision (default: the config's)")
     parser.add_argument("--profile", action="store_true",
                         help="then profile the decoding of one batch (where the time goes)")

@@ -1,5 +1,5 @@
-"""What decoding in bf16 (or fp16) does to a trained model's translations: the same checkpoint
-and source decoded in fp32 and in ``--precision`` through
+"""What decoding in bf16 (or fp16, or TF32 on a GPU) does to a trained model's translations: the
+same checkpoint and source decoded in fp32 and in ``--precision`` through
 :func:`reproduce.decoding.translate.translate_sentences` (the decoding settings of the
 experiment's variant, ``decoding.precision`` aside), then the share of lines whose translation
 changed and sacreBLEU of each against the reference (``decoding.precision`` stays fp32 until
@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import get_args
 
 import sacrebleu
 import torch
 
+from reproduce.config import DecodingPrecision
 from reproduce.data.bpe import load_sentencepiece
 from reproduce.decoding.translate import load_model, translate_sentences
 from reproduce.experiment_file import load_experiment
@@ -34,7 +36,8 @@ def main() -> None:
     parser.add_argument("--spm-model", type=Path, required=True)
     parser.add_argument("--source", type=Path, required=True)
     parser.add_argument("--reference", type=Path, required=True)
-    parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--precision", default="bf16",
+                        choices=[p for p in get_args(DecodingPrecision) if p != "fp32"])
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 

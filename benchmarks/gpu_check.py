@@ -162,11 +162,16 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                                  "--sentences-per-batch", "256", "--profile"], 60,
                   "trained-check8-256-graphs"),
             # Batches sized by a GPU's memory (4x the default positions: 6.4 GB of fp32 keys
-            # and values for base, 12.9 GB for big), fp32 and big in bf16.
+            # and values for base, 12.9 GB for big), in fp32, then TF32 products, and big in
+            # bf16.
             _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs"], 90,
                   "check8-512-graphs"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs"], 120,
                   "check8-512-graphs"),
+            _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                 "--precision", "tf32"], 90, "check8-512-graphs-tf32"),
+            _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                "--precision", "tf32"], 120, "check8-512-graphs-tf32"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
                                 "--precision", "bf16"], 120, "check8-512-graphs-bf16"),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",

@@ -495,6 +495,9 @@ class TrainingConfig(Strict):
         return self
 
 
+DecodingPrecision = Literal["fp32", "tf32", "bf16", "fp16"]
+
+
 class DecodingConfig(Strict):
     """Section 6.1: beam 4, alpha 0.6, max output length = input length + 50."""
 
@@ -541,14 +544,16 @@ class DecodingConfig(Strict):
                     "log2(sentences) + 1 recordings a batch). The same translations. Off until "
                     "a GPU session has run it (tests/test_gpu.py) and measured it; on a CPU it "
                     "only costs (attention reads every buffered position, done rows compute).")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
+    precision: DecodingPrecision = Field(
         default="fp32",
-        description="The arithmetic of beam search: fp32, or the model's matrix products under "
-                    "bf16 or fp16 autocast (log-softmax and the hypotheses' scores stay fp32), "
-                    "which GPUs compute at their matrix units' rate. fp32 until bf16's effect on "
-                    "a WMT model's BLEU is measured (on the tiny demo model it changed 2-4% of "
-                    "the translations and BLEU by at most 0.1: BENCHMARKS.md); a change decodes "
-                    "again, since it may change translations.")
+        description="The arithmetic of beam search: fp32; tf32, fp32 whose matrix products a "
+                    "GPU's tensor cores compute from inputs rounded to TF32's 10-bit mantissa, "
+                    "accumulating in fp32 (on a CPU the same as fp32); or the model's matrix "
+                    "products under bf16 or fp16 autocast (log-softmax and the hypotheses' scores "
+                    "stay fp32), which GPUs compute at their matrix units' rate. fp32 until the "
+                    "others' effect on a WMT model's BLEU is measured (on the tiny demo model bf16 "
+                    "changed 2-4% of the translations and BLEU by at most 0.1: BENCHMARKS.md); a "
+                    "change decodes again, since it may change translations.")
     max_source_pieces: int = Field(
         default=1024, gt=0,
         description="Longest source line decoded, in sentencepiece pieces with its end of "

@@ -22,11 +22,12 @@ import torch.multiprocessing
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.profiler import ProfilerActivity, profile
 
-from reproduce.config import ModelConfig
+from reproduce.config import DecodingConfig, ModelConfig
 from reproduce.errors import ConfigError
 from reproduce.experiment_file import load_experiment
 from reproduce.files import read_records
 from reproduce.decoding.beam_search import beam_search
+from reproduce.decoding.translate import cuda_matrix_products_in_tf32, decoding_arithmetic
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, PAD
 from reproduce.training import distributed
@@ -350,6 +351,24 @@ def test_fp32_beam_search_on_the_gpu_runs_the_memory_efficient_kernel():
     source[2, 5:] = PAD
     calls, kernels = attention_kernels(lambda: beam_search(model, source, max_length_offset=4))
     assert calls > 0 and kernels == Counter(efficient=calls)
+
+
+@pytest.mark.gpu
+def test_tf32_decoding_computes_fp32_products_from_tf32_inputs_on_the_gpu():
+    """``decoding.precision: tf32`` reaches cuBLAS: inside decoding's arithmetic a product of
+    fp32 matrices (inner size 512, base's d_model) errs as inputs rounded to TF32's 10-bit
+    mantissa make it (~1e-4 of its largest entry), where fp32 decoding's errs as IEEE fp32's
+    rounding does (~1e-7), even in a process that asked for TF32 before."""
+    torch.manual_seed(0)
+    a, b = torch.randn(512, 512, device="cuda"), torch.randn(512, 512, device="cuda")
+    exact = a.double() @ b.double()
+
+    def error(precision: str) -> float:
+        with decoding_arithmetic(DecodingConfig(precision=precision), "cuda"):
+            return ((a @ b).double() - exact).abs().max().item() / exact.abs().max().item()
+
+    with cuda_matrix_products_in_tf32(True):
+        assert error("tf32") > 1e-5 > error("fp32")
 
 
 # -- host synchronisation -----------------------------------------------------------------------

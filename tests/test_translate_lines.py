@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
-from reproduce.decoding.translate import translate_sentences
+from reproduce.decoding.translate import cuda_matrix_products_in_tf32, translate_sentences
 from reproduce.errors import DataError
 from reproduce.model.architectures import build_model
 from reproduce.special_tokens import BOS, EOS, PAD
@@ -173,6 +173,38 @@ def test_a_trained_models_translations_are_the_same_however_batched_or_read(trai
                    {"max_tokens_per_batch": 4 * 70 * 5, "check_every": 4}):
         changed = decoding.model_copy(update=update)
         assert translate_sentences(trained, processor, lines, changed) == expected, update
+
+
+def cuda_products_in_tf32() -> bool:
+    """Whether torch asks cuBLAS for TF32 products of fp32 tensors now."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        return matmul.fp32_precision == "tf32"
+    return matmul.allow_tf32
+
+
+def test_tf32_decoding_asks_cuda_for_tf32_products_and_puts_the_setting_back(trained, processor):
+    """``decoding.precision: tf32``: the search runs with cuBLAS's fp32 products in TF32, and
+    every other precision in IEEE fp32 even where the process asked for TF32 before; after
+    decoding, the process's setting is as it was. On a CPU the setting changes no product: the
+    same translations as fp32 (tests/test_gpu.py: what it changes on a GPU)."""
+    lines = [source for source, _ in generate_corpus(0, 0, 6, seed=3)["test"]]
+    seen = []
+    hook = trained.encoder[0].feed_forward.register_forward_hook(
+        lambda *_: seen.append(cuda_products_in_tf32()))
+    try:
+        fp32 = translate_sentences(trained, processor, lines, DecodingConfig())
+        assert set(seen) == {False} and not cuda_products_in_tf32()
+        seen.clear()
+        tf32 = translate_sentences(trained, processor, lines, DecodingConfig(precision="tf32"))
+        assert set(seen) == {True} and not cuda_products_in_tf32()
+        seen.clear()
+        with cuda_matrix_products_in_tf32(True):  # the process asked for TF32 before
+            assert translate_sentences(trained, processor, lines, DecodingConfig()) == fp32
+            assert set(seen) == {False} and cuda_products_in_tf32()
+    finally:
+        hook.remove()
+    assert tf32 == fp32 and not cuda_products_in_tf32()
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

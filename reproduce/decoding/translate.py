@@ -1,7 +1,7 @@
 """Translation of a text file with a trained checkpoint: sentencepiece -> beam search -> text.
 
-Sentences are sorted by length and decoded (in ``decoding.precision``: fp32, or bf16 / fp16
-autocast) in batches of at most ``max_sentences_per_batch``
+Sentences are sorted by length and decoded (in ``decoding.precision``: fp32, TF32 products, or
+bf16 / fp16 autocast) in batches of at most ``max_sentences_per_batch``
 sentences and ``max_tokens_per_batch`` cached positions (batching similar lengths wastes little
 on padding); the output keeps the input's line order and has
 exactly one line per input line: only ``\n`` ends a source line (:mod:`reproduce.files`),
@@ -13,6 +13,8 @@ logged as decoding goes (:mod:`reproduce.stage_progress`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sentencepiece
@@ -85,12 +87,8 @@ def translate_sentences(
     order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
                    key=lambda index: len(encoded[index]))
     batches = _batches(order, [len(ids) for ids in encoded], decoding)
-    dtype = autocast_dtype(decoding.precision)
-    device_type = torch.device(device).type
-    # A recorded graph keeps the casts it made: autocast's cache would free them on exit.
     with (StageProgress(f"decode {source_name}", len(order), "sentences", log) as progress,
-          torch.autocast(device_type, dtype=dtype, enabled=dtype is not None,
-                         cache_enabled=not decoding.cuda_graphs)):
+          decoding_arithmetic(decoding, torch.device(device).type)):
         for batch in batches:
             longest = max(len(encoded[index]) for index in batch)
             source = torch.full((len(batch), longest), PAD, dtype=torch.long)
@@ -109,6 +107,35 @@ def translate_sentences(
                 translations[index] = processor.decode(tokens)
             progress.update(len(batch))
     return translations
+
+
+@contextmanager
+def decoding_arithmetic(decoding: DecodingConfig, device_type: str) -> Iterator[None]:
+    """``decoding.precision`` inside: bf16 or fp16 autocast, or fp32 tensors whose CUDA matrix
+    products run in TF32 (tf32) or in IEEE fp32 (every other precision, whatever the process set
+    before). A recorded graph keeps the casts it made: autocast's cache would free them on
+    exit."""
+    dtype = autocast_dtype(decoding.precision)
+    with (cuda_matrix_products_in_tf32(decoding.precision == "tf32"),
+          torch.autocast(device_type, dtype=dtype, enabled=dtype is not None,
+                         cache_enabled=not decoding.cuda_graphs)):
+        yield
+
+
+@contextmanager
+def cuda_matrix_products_in_tf32(enabled: bool) -> Iterator[None]:
+    """cuBLAS's fp32 products in TF32 (``enabled``) or IEEE fp32 inside; torch's setting is the
+    process's, and is put back as it was. Through ``fp32_precision`` where torch has it (2.9
+    on, where reading the older ``allow_tf32`` after it was set raises), else ``allow_tf32``."""
+    matmul = torch.backends.cuda.matmul
+    name, value = (("fp32_precision", "tf32" if enabled else "ieee")
+                   if hasattr(matmul, "fp32_precision") else ("allow_tf32", enabled))
+    before = getattr(matmul, name)
+    setattr(matmul, name, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, name, before)
 
 
 def _batches(order: list[int], lengths: list[int], decoding: DecodingConfig) -> list[list[int]]:
