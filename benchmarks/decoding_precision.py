@@ -48,7 +48,7 @@ def main() -> None:
     sources, references = read_lines(args.source), read_lines(args.reference)
     figures = {"benchmark": "decoding_precision", "device": str(device),
                "checkpoint": str(args.checkpoint), "source": str(args.source),
-               "sentences": len(sources)}
+               "sentences": len(sources), "precision": args.precision}
     translations = {}
     for precision in ("fp32", args.precision):
         settings = decoding.model_copy(update={"precision": precision})

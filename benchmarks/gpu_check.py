@@ -20,8 +20,12 @@ whatever happens; a step that fails or runs out of time never stops the later on
    sentences are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with
    256 (``decoding.check_every`` and batch sizes stay the config's until these are read), in
    bf16, and with each step replayed as a CUDA graph (``--cuda-graphs``: worst-case lengths at
-   64 and 256 sentences a batch, base and big; trained-like ones for base at 256);
-5. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
+   64 and 256 sentences a batch, base and big; trained-like ones for base at 256; at 512
+   sentences and 262,144 positions a batch, base and big in fp32 and in TF32, big in bf16);
+5. ``benchmarks/decoding_precision.py``: the tiny demo's trained base (``results/tiny``, made
+   by ``snakemake --cores 2 results/tiny/base/seed-1/averaged.pt`` and carried to the device),
+   its dev and test sets decoded in fp32 and in TF32, then bf16: BLEU and translations changed;
+6. ``benchmarks/loss_memory.py --bf16 --compile``: peak GPU memory and time, the chunked loss
    (compiled, as GPUs train) against the unfused one.
 
 Each benchmark writes its figures as JSON (its ``--json`` option) to ``OUTDIR/logs/<step>.json``;
@@ -86,7 +90,7 @@ print(json.dumps({
 class Step:
     name: str  # the log's file name, and the key of its figures
     title: str
-    kind: str  # what its figures are: pytest, trainer, beam or loss_memory
+    kind: str  # its figures': pytest, trainer, beam, attention, decoding_precision, loss_memory
     arguments: list[str]  # after the python executable
     cap_seconds: float
     compiled: bool = False
@@ -174,6 +178,10 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                                 "--precision", "tf32"], 120, "check8-512-graphs-tf32"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
                                 "--precision", "bf16"], 120, "check8-512-graphs-bf16"),
+            # What TF32 and bf16 do to a trained model's translations: the tiny demo's base
+            # (results/tiny, which the device call carries), dev and test.
+            *(_decoding_precision(logs, precision, split) for precision in ("tf32", "bf16")
+              for split in ("dev", "test")),
             _loss_memory(logs, "loss memory, fused (compiled) vs unfused (bf16)",
                          ["--bf16", "--compile"]),
             # H200, 2026-11-26: the compiled base run took 139 s, three compilations among its
@@ -228,6 +236,19 @@ def _beam(logs: Path, size: str, options: list[str], cap: float, variant: str = 
     return Step(name, title, "beam",
                 [str(BENCHMARKS / "beam_speed.py"), "--size", size, *options, "--json",
                  str(figures_file(logs, name))], cap)
+
+
+def _decoding_precision(logs: Path, precision: str, split: str) -> Step:
+    """The tiny demo's trained base (``snakemake --cores 2 results/tiny/base/seed-1/averaged.pt``
+    makes it) decoding ``split`` in fp32 and in ``precision``."""
+    name, tiny = f"decoding-precision-{precision}-{split}", ROOT / "results/tiny"
+    return Step(name, f"decoding in {precision} vs fp32, tiny base, {split}", "decoding_precision",
+                [str(BENCHMARKS / "decoding_precision.py"), "--experiment",
+                 str(ROOT / "configs/tiny.yaml"), "--variant", "base", "--checkpoint",
+                 str(tiny / "base/seed-1/averaged.pt"), "--spm-model", str(tiny / "bpe/spm.model"),
+                 "--source", str(tiny / f"data/{split}.src"), "--reference",
+                 str(tiny / f"data/{split}.ref"), "--precision", precision, "--json",
+                 str(figures_file(logs, name))], cap_seconds=60)
 
 
 def _attention(logs: Path, options: list[str]) -> Step:
@@ -340,7 +361,7 @@ def read_pytest(step: Step, logs: Path) -> dict:
 
 JUNIT_OUTCOMES = {"failure": "FAILED", "error": "ERROR", "skipped": "SKIPPED"}
 READERS = {"trainer": read_json_figures, "beam": read_json_figures,
-           "attention": read_json_figures,
+           "attention": read_json_figures, "decoding_precision": read_json_figures,
            "loss_memory": read_json_figures, "pytest": read_pytest}
 
 
@@ -372,6 +393,11 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
             lines += [trainer_headline(figures, window, how) for window in ("cold", "warm")]
         elif outcome.step.kind == "beam":
             lines.append(beam_headline(figures))
+        elif outcome.step.kind == "decoding_precision":
+            lines.append(f"{device} decoding in {figures['precision']} vs fp32 "
+                         f"({figures['sentences']} sentences of {_shown([figures['source']])[0]}):"
+                         f" {figures['bleu_difference']:+.2f} BLEU, {figures['changed_lines']} "
+                         f"translations changed ({100 * figures['changed_share']:.1f}%)")
         elif outcome.step.kind == "loss_memory":
             for ratio in figures["ratios"]:
                 lines.append(f"{device} loss (bf16 autocast: {figures['bf16']}, compiled "
@@ -423,6 +449,10 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                 steps_line(figures["steps"]), *_profile(figures)]
     if kind == "attention":
         return attention_table(figures["rows"])
+    if kind == "decoding_precision":
+        return [f"{precision}: sacreBLEU {figures[precision]['sacrebleu']:.2f} in "
+                f"{figures[precision]['seconds']:.1f} s"
+                for precision in ("fp32", figures["precision"])]
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
     lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "

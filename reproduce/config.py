@@ -551,8 +551,8 @@ class DecodingConfig(Strict):
                     "accumulating in fp32 (on a CPU the same as fp32); or the model's matrix "
                     "products under bf16 or fp16 autocast (log-softmax and the hypotheses' scores "
                     "stay fp32), which GPUs compute at their matrix units' rate. fp32 until the "
-                    "others' effect on a WMT model's BLEU is measured (on the tiny demo model bf16 "
-                    "changed 2-4% of the translations and BLEU by at most 0.1: BENCHMARKS.md); a "
+                    "others' effect on a WMT model's BLEU is measured (on tiny demo models bf16 "
+                    "changed 2-6% of the translations and BLEU by up to 0.3: BENCHMARKS.md); a "
                     "change decodes again, since it may change translations.")
     max_source_pieces: int = Field(
         default=1024, gt=0,

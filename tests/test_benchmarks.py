@@ -173,7 +173,8 @@ def test_decoding_precision_compares_a_trained_checkpoints_translations(tmp_path
                   "--reference", str(results / D / "data/dev.ref"),
                   "--json", str(tmp_path / "figures.json"))
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["sentences"] == 40 and 0 <= figures["changed_lines"] <= 40
+    assert figures["precision"] == "bf16" and figures["sentences"] == 40
+    assert 0 <= figures["changed_lines"] <= 40
     assert figures["changed_share"] == figures["changed_lines"] / 40
     assert figures["bleu_difference"] == figures["bf16"]["sacrebleu"] - figures["fp32"]["sacrebleu"]
     assert f"{figures['changed_lines']} of 40 translations changed" in output

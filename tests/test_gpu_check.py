@@ -153,6 +153,27 @@ def test_the_report_shows_the_figures_a_step_wrote(tmp_path):
             "1.50 s of the host's time") in report
 
 
+def test_the_report_shows_what_a_precision_did_to_the_translations(tmp_path):
+    figures = {"benchmark": "decoding_precision", "device": "cuda", "precision": "tf32",
+               "checkpoint": str(ROOT / "results/tiny/base/seed-1/averaged.pt"),
+               "source": str(ROOT / "results/tiny/data/test.src"), "sentences": 300,
+               "fp32": {"sacrebleu": 50.11, "seconds": 0.41},
+               "tf32": {"sacrebleu": 50.05, "seconds": 0.32},
+               "changed_lines": 3, "changed_share": 0.01, "bleu_difference": -0.06}
+    outcome = gpu_check.run_step(_step(_writes(figures, tmp_path), kind="decoding_precision"),
+                                 sys.executable, tmp_path, seconds_left=100)
+    assert outcome.ok and gpu_check.headlines([outcome], "H200") == [
+        "H200 decoding in tf32 vs fp32 (300 sentences of results/tiny/data/test.src): -0.06 "
+        "BLEU, 3 translations changed (1.0%)"]
+    report = gpu_check.render_report(MACHINE, "gpu", [outcome], 100, 80).splitlines()
+    assert "fp32: sacreBLEU 50.11 in 0.4 s" in report and "tf32: sacreBLEU 50.05 in 0.3 s" in report
+    steps = [step for step in gpu_check.plan(cuda=True, logs=tmp_path)
+             if step.kind == "decoding_precision"]
+    assert [step.name for step in steps] == [
+        f"decoding-precision-{precision}-{split}" for precision in ("tf32", "bf16")
+        for split in ("dev", "test")]
+
+
 def test_figures_that_lack_a_value_count_as_failed_and_an_earlier_runs_are_not_read(tmp_path):
     incomplete = {key: value for key, value in BEAM_FIGURES.items() if key != "seconds"}
     outcome = gpu_check.run_step(_step(_writes(incomplete, tmp_path), kind="beam"),
