@@ -45,8 +45,15 @@ settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
-``replayed`` as CUDA graphs, graphs ``recorded`` and the host's ``recording_seconds``); with
-``--profile``, ``profile``.
+``replayed`` as CUDA graphs, graphs ``recorded`` and the host's ``recording_seconds``),
+``model_flops`` and ``peak`` (below); with ``--profile``, ``profile``.
+
+Where every translation ran to its length limit (``worst`` lengths, as a random model decodes
+them), each search ran exactly that many steps, and the model FLOPs of the searches are exact
+(:meth:`reproduce.model.flops.TransformerFlops.beam_search`: the live hypotheses' work, not the
+rows a batch computes for nothing); the output then says their rate and its share of the GPU's
+peak at ``decoding.precision`` (``peak``: :mod:`reproduce.gpu_peak_rates`). With other lengths
+``model_flops`` is null.
 """
 
 from __future__ import annotations
@@ -68,10 +75,12 @@ from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
+from reproduce.gpu_peak_rates import peak_rate
 from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
+from reproduce.model.flops import TransformerFlops
 from reproduce.special_tokens import EOS, PAD
 from reproduce.training.precision import device_name
-from profile_table import beam_headline, profile_lines, steps_line
+from profile_table import beam_headline, profile_lines, search_flops_line, steps_line
 from trainer_speed import CPU_MODEL, ROOT, profile_runs, short_device_name, wmt_source_lengths
 
 NEWSTEST2014_SENTENCES = 3003
@@ -151,6 +160,18 @@ def counting_steps(counts: Counter):
         StepGraphs.__call__, StepGraphs._record = call, record
 
 
+def search_flops(flops: TransformerFlops, sources: list[str], translations: list[str],
+                 beam: int, offset: int, position_limit: int | None) -> int | None:
+    """Model FLOPs of the searches (:meth:`TransformerFlops.beam_search`) where every translation
+    ran to its length limit, so that each search's steps are known from its output (a random
+    model's worst-case lengths); None where one ended sooner: its search's steps are its own."""
+    source = np.array([len(line.split()) + 1 for line in sources])
+    limit = source + offset if position_limit is None else np.minimum(source + offset,
+                                                                      position_limit)
+    steps = np.array([len(line.split()) + 1 for line in translations])  # + EOS
+    return flops.beam_search(source, steps, beam) if np.array_equal(steps, limit) else None
+
+
 def synthetic_sources(sentences: int, vocab: int, seed: int) -> list[str]:
     """``sentences`` lines of random token ids (never a special token) of WMT-like lengths."""
     rng = np.random.default_rng(seed)
@@ -210,6 +231,10 @@ def main() -> None:
     source_tokens = sum(len(line.split()) + 1 for line in sources)
     machine = device_name(device)
     name = short_device_name(machine)
+    model_flops = search_flops(TransformerFlops(config, args.vocab), sources, translations,
+                               decoding.beam_size, decoding.max_length_offset,
+                               config.position_limit)
+    peak = peak_rate(machine if device.type == "cuda" else None, decoding.precision)
     figures = {
         "benchmark": "beam_speed",
         "device": name if device.type == "cpu" else machine,
@@ -222,6 +247,7 @@ def main() -> None:
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
         "sentences_per_second": len(sources) / seconds,
         "generated_tokens_per_second": generated / seconds,
+        "model_flops": model_flops, "peak": peak._asdict() if peak else None,
         "steps": {kind: steps[kind] for kind in ("eager", "replayed", "recorded",
                                                  "recording_seconds")}}
     print(f"device: {figures['device']}, threads: {torch.get_num_threads()}, torch "
@@ -233,6 +259,7 @@ def main() -> None:
           f"{decoding.check_every} steps; {len(sources)} sentences, {source_tokens:,} source "
           f"tokens (EOS included), {generated:,} generated tokens in {seconds:.1f} s")
     print(steps_line(figures["steps"]))
+    print(search_flops_line(figures))
     print(beam_headline(figures))
     if args.profile:
         batch = sources[:decoding.max_sentences_per_batch]

@@ -56,8 +56,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import (attention_table, beam_headline, profile_lines, steps_line,
-                           trainer_headline)
+from profile_table import (attention_table, beam_headline, profile_lines, search_flops_line,
+                           steps_line, trainer_headline)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -446,7 +446,7 @@ def _figure_lines(outcome: Outcome) -> list[str]:
                 f"{figures['generated_tokens']:,} generated tokens in {figures['seconds']:.1f} s:"
                 f" {figures['sentences_per_second']:,.1f} sentences/s, "
                 f"{figures['generated_tokens_per_second']:,.0f} generated tok/s",
-                steps_line(figures["steps"]), *_profile(figures)]
+                steps_line(figures["steps"]), search_flops_line(figures), *_profile(figures)]
     if kind == "attention":
         return attention_table(figures["rows"])
     if kind == "decoding_precision":

@@ -51,6 +51,20 @@ def beam_headline(figures: dict) -> str:
             f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
 
 
+def search_flops_line(figures: dict) -> str:
+    """``beam_speed.py``'s model FLOPs of the searches, their rate and its share of the peak of
+    the device at the decoding's precision, where every hypothesis ran to its length limit."""
+    flops = figures["model_flops"]
+    if flops is None:
+        return ("model FLOPs: n/a (some translations ended before their length limit, so the "
+                "searches' steps are not known from the outputs)")
+    rate, peak = flops / figures["seconds"], figures["peak"]
+    share = (f"{100 * rate / peak['flops_per_second']:.1f}% of the {peak['gpu']}'s "
+             f"{peak['precision']} peak" if peak else "no known peak")
+    return (f"model FLOPs of the searches (every hypothesis to its length limit): "
+            f"{flops / 1e12:.4g} TFLOP, {rate / 1e12:.4g} TFLOP/s, {share}")
+
+
 def steps_line(steps: dict) -> str:
     """How ``beam_speed.py``'s search steps ran (its ``steps`` figures)."""
     return (f"search steps: {steps['eager']:,} eager, {steps['replayed']:,} replayed as CUDA "

@@ -9,7 +9,9 @@ recorded in ``train/summary.json``), at the precision it trained in:
 * ``fp32``: the plain FP32 (non-tensor-core) peak; PyTorch leaves TF32 matmuls off by default;
 * ``bf16``: the dense BF16 tensor-core peak (without 2:4 sparsity);
 * ``fp16``: the dense FP16 tensor-core peak (the V100's, which has no BF16 units; from the A100
-  on, the same as BF16's). The P100 has no tensor cores, and no fp16 entry here.
+  on, the same as BF16's). The P100 has no tensor cores, and no fp16 entry here;
+* ``tf32``: the dense TF32 tensor-core peak (fp32 tensors whose products round their inputs to
+  TF32, as ``decoding.precision: tf32`` asks; from the A100 on, half the BF16 peak).
 
 Figures are NVIDIA's datasheet peaks (SXM parts unless the device name says PCIe); the P100 keeps
 the paper's 9.5e12. A GPU or precision not listed here gets no estimate ("—" in the table).
@@ -32,12 +34,14 @@ _PEAK_RATES: list[tuple[str, str, dict[str, float]]] = [
     ("P100", "P100 (the paper's figure)", {"fp32": 9.5e12}),
     ("V100-PCIE", "V100 PCIe", {"fp32": 14.0e12, "fp16": 112e12}),
     ("V100", "V100 SXM2", {"fp32": 15.7e12, "fp16": 125e12}),
-    ("A100", "A100", {"fp32": 19.5e12, "bf16": 312e12, "fp16": 312e12}),
-    ("H100 PCIe", "H100 PCIe", {"fp32": 51e12, "bf16": 756e12, "fp16": 756e12}),
-    ("H100 NVL", "H100 NVL", {"fp32": 60e12, "bf16": 835e12, "fp16": 835e12}),
-    ("H100", "H100 SXM", {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12}),
-    ("H200 NVL", "H200 NVL", {"fp32": 60e12, "bf16": 835e12, "fp16": 835e12}),
-    ("H200", "H200 SXM", {"fp32": 67e12, "bf16": 989e12, "fp16": 989e12}),
+    ("A100", "A100", {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}),
+    ("H100 PCIe", "H100 PCIe", {"fp32": 51e12, "tf32": 378e12, "bf16": 756e12, "fp16": 756e12}),
+    ("H100 NVL", "H100 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12,
+                              "fp16": 835e12}),
+    ("H100", "H100 SXM", {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989e12, "fp16": 989e12}),
+    ("H200 NVL", "H200 NVL", {"fp32": 60e12, "tf32": 417.5e12, "bf16": 835e12,
+                              "fp16": 835e12}),
+    ("H200", "H200 SXM", {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989e12, "fp16": 989e12}),
 ]
 
 

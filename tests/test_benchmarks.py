@@ -1,6 +1,7 @@
 """The benchmark scripts run and print their tables, and write their figures as JSON with
 ``--json`` (smoke tests: no timing is asserted)."""
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -9,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from reproduce.experiment_file import load_experiment
+from reproduce.model.flops import TransformerFlops
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # what beam_speed.py imports beside it, as a script
+_spec = importlib.util.spec_from_file_location("beam_speed", ROOT / "benchmarks/beam_speed.py")
+beam_speed = sys.modules.setdefault("beam_speed", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(beam_speed)  # benchmarks/ is no package: loaded from its file
 
 
 def _run(script: str, *args: str) -> str:
@@ -95,6 +103,14 @@ def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tm
     assert (figures["source_tokens"], figures["generated_tokens"]) == (source, generated)
     assert figures["sentences"] == 6 and figures["beam"] == 4 and figures["alpha"] == 0.6
     assert figures["device"] == figures["name"] == "CPU"
+    # a random model's hypotheses run to source + 50, so the searches' model FLOPs are known
+    sources = [len(line.split()) + 1 for line in beam_speed.synthetic_sources(6, 300, seed=0)]
+    assert generated == sum(sources) + 6 * 50 and figures["peak"] is None
+    cpu_model = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("base").model
+    cpu_model = cpu_model.model_copy(update=beam_speed.CPU_MODEL)
+    assert figures["model_flops"] == TransformerFlops(cpu_model, 300).beam_search(
+        sources, [length + 50 for length in sources], 4)
+    assert f"{figures['model_flops'] / 1e12:.4g} TFLOP" in output
     # one batch decoded again under the profiler: the decoder's matrix products among the host
     # operations with the most time of their own
     profiled = figures["profile"]
@@ -117,6 +133,7 @@ def test_beam_speed_with_trained_lengths_ends_hypotheses_at_their_sources_length
     assert figures["lengths"] == "trained" and figures["replaced"] == {"check_every": 4}
     assert figures["check_every"] == 4 and figures["tokens_per_batch"] == 65_536
     assert figures["generated_tokens"] == figures["source_tokens"]
+    assert figures["model_flops"] is None and "model FLOPs: n/a" in output
 
 
 def test_line_lengths_names_each_files_longest_line(tmp_path):

@@ -5,8 +5,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from reproduce.config import ModelConfig
+from reproduce.decoding.beam_search import beam_search
+from reproduce.gpu_peak_rates import peak_rate
 from reproduce.model.flops import TransformerFlops, peak_flops
 from reproduce.model.transformer import Transformer
+from reproduce.special_tokens import EOS
 
 CONFIG = ModelConfig(layers=2, d_model=16, d_ff=24, heads=2, d_k=4, d_v=6, dropout=0.0)
 VOCAB = 50
@@ -37,6 +40,29 @@ def test_forward_flops_equal_the_torch_counter_on_the_real_model(lengths):
     assert TransformerFlops(CONFIG, VOCAB).forward(list(sources), list(targets)) == counted
 
 
+@pytest.mark.parametrize(("source_length", "beam"), [(5, 1), (9, 1), (6, 3)])
+def test_beam_search_flops_equal_the_torch_counter_on_the_real_search(source_length, beam):
+    """One sentence whose hypotheses all run to the length limit (source + offset; checked):
+    the counter charges every row the search computes, which are the live hypotheses but for
+    the first step's dead ones (``beam - 1`` rows at one position, attending to it and the
+    source)."""
+    torch.manual_seed(source_length)
+    model, offset = Transformer(CONFIG, VOCAB).eval(), 4
+    with torch.no_grad():
+        model.embedding.weight[EOS] = -10 * model.embedding.weight.abs().max()  # never chosen
+    source = torch.randint(4, VOCAB, (1, source_length))
+    source[0, -1] = EOS
+    with FlopCounterMode(display=False) as counter:
+        hypotheses = beam_search(model, source, beam_size=beam, max_length_offset=offset)
+    steps = source_length + offset
+    assert len(hypotheses[0]) == steps - 1  # every step ran; the last one forced EOS (dropped)
+    flops = TransformerFlops(CONFIG, VOCAB)
+    dead_rows = (beam - 1) * (flops.per_target_token() + 2 * CONFIG.layers * CONFIG.heads
+                              * (CONFIG.d_k + CONFIG.d_v) * (1 + source_length))
+    assert flops.beam_search([source_length], [steps], beam) == (counter.get_total_flops()
+                                                                 - dead_rows)
+
+
 def test_training_is_three_forward_passes():
     model = Transformer(CONFIG, VOCAB)
     assert _counted(model, 6, 8, backward=True) == 3 * _counted(model, 6, 8)
@@ -60,3 +86,8 @@ def test_peak_rates_by_device_name():
     assert peak_flops("NVIDIA H100 PCIe") == 756e12
     assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops("cpu") is None
+    # TF32's dense tensor-core peak, where TF32 units exist: half of BF16's from the A100 on
+    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H100 NVL",
+                 "NVIDIA A100-SXM4-80GB"):
+        assert peak_rate(name, "tf32").flops_per_second == peak_flops(name) / 2
+    assert peak_rate("Tesla V100-SXM2-16GB", "tf32") is None

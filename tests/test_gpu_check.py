@@ -131,6 +131,8 @@ BEAM_FIGURES = {"benchmark": "beam_speed", "name": "H100", "size": "base", "beam
                 "sentences": 3003, "source_tokens": 90_000,
                 "generated_tokens": 240_000, "seconds": 73.25, "sentences_per_second": 41.0,
                 "generated_tokens_per_second": 3276.5,
+                "model_flops": 84_704_701_964_288,
+                "peak": {"gpu": "H100 SXM", "precision": "fp32", "flops_per_second": 67e12},
                 "steps": {"eager": 120, "replayed": 2400, "recorded": 60,
                           "recording_seconds": 1.5}}
 
@@ -151,6 +153,8 @@ def test_the_report_shows_the_figures_a_step_wrote(tmp_path):
             "73.2 s: 41.0 sentences/s, 3,276 generated tok/s") in report
     assert ("search steps: 120 eager, 2,400 replayed as CUDA graphs; 60 graphs recorded in "
             "1.50 s of the host's time") in report
+    assert ("model FLOPs of the searches (every hypothesis to its length limit): 84.7 TFLOP, "
+            "1.156 TFLOP/s, 1.7% of the H100 SXM's fp32 peak") in report
 
 
 def test_the_report_shows_what_a_precision_did_to_the_translations(tmp_path):

@@ -91,6 +91,24 @@ class TransformerFlops(_LengthDependentFlops):
         pairs_of_positions = s * s + t * (t + 1) // 2 + t * s  # encoder, causal decoder, cross
         return int(2 * self.config.layers * self._attention_width * pairs_of_positions.sum())
 
+    def beam_search(self, source_positions: np.ndarray, steps: np.ndarray, beam: int) -> int:
+        """Model FLOPs of beam search over sentences with these source positions (EOS included)
+        whose searches each ran ``steps`` decoder steps with ``beam`` hypotheses, one of them
+        live at the first step (the others start at -inf): the encoder once a sentence (with
+        the decoder's cross-attention keys and values, held once for its hypotheses), then per
+        live hypothesis and step the decoder and the output projection at one position,
+        self-attention over the positions so far and cross-attention over the source. Rows
+        that compute for nothing (the first step's dead hypotheses, a done sentence not yet
+        shed) are not counted."""
+        s = np.asarray(source_positions, dtype=np.int64)
+        t = np.asarray(steps, dtype=np.int64)
+        positions = beam * t - (beam - 1)  # hypotheses' positions: one at the first step
+        # keys its query meets at step j: j positions of its own hypothesis, s of the source
+        keys = beam * (t * (t + 1) // 2 + t * s) - (beam - 1) * (1 + s)
+        pairs_of_positions = s * s + keys  # and the encoder's
+        return int(self.per_source_token() * s.sum() + self.per_target_token() * positions.sum()
+                   + 2 * self.config.layers * self._attention_width * pairs_of_positions.sum())
+
 
 @dataclass(frozen=True)
 class RecurrentFlops(_LengthDependentFlops):
