@@ -234,7 +234,7 @@ def main() -> None:
     model_flops = search_flops(TransformerFlops(config, args.vocab), sources, translations,
                                decoding.beam_size, decoding.max_length_offset,
                                config.position_limit)
-    peak = peak_rate(machine if device.type == "cuda" else None, decoding.precision)
+    peak = peak_rate(machine, decoding.precision)  # None on a CPU
     figures = {
         "benchmark": "beam_speed",
         "device": name if device.type == "cpu" else machine,

@@ -1,5 +1,6 @@
 """Peak arithmetic rates of the GPUs a run may have trained on: for Table 2's paper-style cost,
-and (bf16) for the model FLOPs utilisation of training (:mod:`reproduce.model.flops`).
+(bf16) for the model FLOPs utilisation of training (:mod:`reproduce.model.flops`), and (at
+``decoding.precision``) for the share of the peak that beam search's benchmark reaches.
 
 The paper (Table 2, footnote 5) estimates training FLOPs as training time x number of GPUs x "an
 estimate of the sustained single-precision floating-point capacity of each GPU": 9.5 TFLOPS for

@@ -126,7 +126,8 @@ def decoding_arithmetic(decoding: DecodingConfig, device_type: str) -> Iterator[
 def cuda_matrix_products_in_tf32(enabled: bool) -> Iterator[None]:
     """cuBLAS's fp32 products in TF32 (``enabled``) or IEEE fp32 inside; torch's setting is the
     process's, and is put back as it was. Through ``fp32_precision`` where torch has it (2.9
-    on, where reading the older ``allow_tf32`` after it was set raises), else ``allow_tf32``."""
+    on, where reading the older ``allow_tf32`` while it says tf32 raises), else
+    ``allow_tf32``."""
     matmul = torch.backends.cuda.matmul
     name, value = (("fp32_precision", "tf32" if enabled else "ieee")
                    if hasattr(matmul, "fp32_precision") else ("allow_tf32", enabled))

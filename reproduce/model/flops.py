@@ -17,7 +17,9 @@ positions (BOS included), h heads, N layers:
 
 Embedding look-ups, biases, softmax, layer normalisation and dropout are element-wise and left
 out. Training counts 3x the forward pass (the backward pass costs twice the forward's matrix
-products); recomputation, if any, is not counted (model FLOPs, not hardware FLOPs).
+products); recomputation, if any, is not counted (model FLOPs, not hardware FLOPs). Beam search
+(:meth:`TransformerFlops.beam_search`) counts the encoder once a sentence and each live
+hypothesis one position a step, as incremental decoding computes them.
 """
 
 from __future__ import annotations
