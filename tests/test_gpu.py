@@ -417,7 +417,7 @@ def run_counting_synchronisations(trainer: Trainer) -> tuple[dict | None, list[d
         return queue_step()
 
     def shaped_forward(*inputs):
-        shape = tuple(tuple(tensor.shape) for tensor in inputs)
+        shape = tuple(None if tensor is None else tuple(tensor.shape) for tensor in inputs)
         rounds[-1]["shape_runs"] = min(rounds[-1]["shape_runs"], shape_runs[shape])
         shape_runs[shape] += 1
         return forward(*inputs)
