@@ -25,6 +25,7 @@ from reproduce.data.bpe import load_sentencepiece
 from reproduce.decoding.translate import load_model, translate_sentences
 from reproduce.experiment_file import load_experiment
 from reproduce.files import read_lines, write_json
+from profile_table import precision_lines
 
 
 def main() -> None:
@@ -64,11 +65,7 @@ def main() -> None:
     figures["bleu_difference"] = (figures[args.precision]["sacrebleu"]
                                   - figures["fp32"]["sacrebleu"])
     print(f"device {device}, {len(sources)} sentences of {args.source}, {args.checkpoint}")
-    for precision in ("fp32", args.precision):
-        print(f"{precision}: sacreBLEU {figures[precision]['sacrebleu']:.2f} in "
-              f"{figures[precision]['seconds']:.1f} s")
-    print(f"{args.precision} - fp32: {figures['bleu_difference']:+.2f} BLEU; {changed} of "
-          f"{len(sources)} translations changed ({100 * figures['changed_share']:.1f}%)")
+    print("\n".join(precision_lines(figures)))
     if args.json:
         write_json(args.json, figures)
 

@@ -56,8 +56,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from profile_table import (attention_table, beam_headline, profile_lines, search_flops_line,
-                           steps_line, trainer_headline)
+from profile_table import (attention_table, beam_headline, precision_headline, precision_lines,
+                           profile_lines, search_flops_line, steps_line, trainer_headline)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -394,10 +394,7 @@ def headlines(outcomes: list[Outcome], device: str) -> list[str]:
         elif outcome.step.kind == "beam":
             lines.append(beam_headline(figures))
         elif outcome.step.kind == "decoding_precision":
-            lines.append(f"{device} decoding in {figures['precision']} vs fp32 "
-                         f"({figures['sentences']} sentences of {_shown([figures['source']])[0]}):"
-                         f" {figures['bleu_difference']:+.2f} BLEU, {figures['changed_lines']} "
-                         f"translations changed ({100 * figures['changed_share']:.1f}%)")
+            lines.append(precision_headline(figures, device, _shown([figures["source"]])[0]))
         elif outcome.step.kind == "loss_memory":
             for ratio in figures["ratios"]:
                 lines.append(f"{device} loss (bf16 autocast: {figures['bf16']}, compiled "
@@ -450,9 +447,7 @@ def _figure_lines(outcome: Outcome) -> list[str]:
     if kind == "attention":
         return attention_table(figures["rows"])
     if kind == "decoding_precision":
-        return [f"{precision}: sacreBLEU {figures[precision]['sacrebleu']:.2f} in "
-                f"{figures[precision]['seconds']:.1f} s"
-                for precision in ("fp32", figures["precision"])]
+        return precision_lines(figures)
     lines = ["| path | target tokens N | positions projected | peak extra memory (MiB) | "
              "forward+backward (s) |", "|---|---|---|---|---|"]
     lines += [f"| {r['path']} | {r['tokens']} | {r['projected']} | {r['peak_mib']:,.0f} | "

@@ -1,6 +1,7 @@
 """How ``trainer_speed.py`` and ``beam_speed.py`` print a profile (``--profile``) and their
-headlines, and ``varlen_attention.py`` its table, as ``gpu_check.py``'s report shows them
-(standard library only: the report's process imports no torch)."""
+headlines, ``varlen_attention.py`` its table and ``decoding_precision.py`` its figures, as
+``gpu_check.py``'s report shows them (standard library only: the report's process imports no
+torch)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ def beam_headline(figures: dict) -> str:
             f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
             f"{figures['sentences_per_second']:,.1f} sentences/s, "
             f"{figures['generated_tokens_per_second']:,.0f} generated tok/s")
+
+
+def precision_lines(figures: dict) -> list[str]:
+    """``decoding_precision.py``'s figures as it prints them: each precision's BLEU and time,
+    then the difference and the translations changed."""
+    other = figures["precision"]
+    return [*(f"{precision}: sacreBLEU {figures[precision]['sacrebleu']:.2f} in "
+              f"{figures[precision]['seconds']:.1f} s" for precision in ("fp32", other)),
+            f"{other} - fp32: {figures['bleu_difference']:+.2f} BLEU; "
+            f"{figures['changed_lines']} of {figures['sentences']} translations changed "
+            f"({100 * figures['changed_share']:.1f}%)"]
+
+
+def precision_headline(figures: dict, device: str, source: str) -> str:
+    """The line of ``decoding_precision.py``'s figures that BENCHMARKS.md takes, the machine
+    named ``device`` and the decoded file ``source``."""
+    return (f"{device} decoding in {figures['precision']} vs fp32 ({figures['sentences']} "
+            f"sentences of {source}): {figures['bleu_difference']:+.2f} BLEU, "
+            f"{figures['changed_lines']} translations changed "
+            f"({100 * figures['changed_share']:.1f}%)")
 
 
 def search_flops_line(figures: dict) -> str:
