@@ -81,6 +81,32 @@ def test_a_wide_beam_finds_the_exhaustive_optimum(seed, alpha, architecture):
     assert found == [expected]
 
 
+@pytest.mark.parametrize("alpha", [0.6, 1.5])
+@pytest.mark.parametrize(("architecture", "seed"), [("transformer", 2), ("rnn", 1), ("rnn", 2)])
+def test_terminating_early_changes_no_translation(monkeypatch, architecture, seed, alpha):
+    """The early stop is exact: the same search run to every sentence's length limit (its
+    bound pushed to 0, which no finished score reaches) gives the same translations, on
+    sentences with room for longer outputs than the exhaustive tests' (offset 10). The EOS
+    embedding, scaled up, makes ending likely enough for outputs of many lengths."""
+    model = peaky_model(seed, architecture)
+    with torch.no_grad():
+        model.embedding.weight[EOS] *= 1.5
+    decode, rows = model.decode, []
+    model.decode = lambda target, *args: rows.append(target.size(0)) or decode(target, *args)
+    batch = random_batch(11, 24)
+    early = beam_search(model, batch, 4, alpha, 10)
+    rows_early, rows[:] = sum(rows), []
+    construct = _Search.__init__
+
+    def never_early(search, *args, **kwargs):
+        construct(search, *args, **kwargs)
+        search.lp_at_limit = torch.full_like(search.lp_at_limit, float("inf"))
+
+    monkeypatch.setattr(_Search, "__init__", never_early)
+    assert beam_search(model, batch, 4, alpha, 10) == early
+    assert rows_early <= 0.9 * sum(rows)  # sentences did stop early
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_default_beam_never_claims_more_than_the_exhaustive_optimum(seed):
     model = peaky_model(seed)

@@ -7,7 +7,7 @@ import torch
 
 from reproduce.config import ModelConfig
 from reproduce.model.parameter_count import analytic_parameter_count
-from reproduce.model.positional import sinusoidal_table
+from reproduce.model.positional import SinusoidalPositions, sinusoidal_table
 from reproduce.model.token_layout import TokenLayout
 from reproduce.model.transformer import DecoderCache, Transformer
 from reproduce.special_tokens import BOS, EOS, PAD
@@ -33,6 +33,16 @@ def test_sinusoidal_encoding_equals_the_papers_formula(position, index):
     angle = position / 10000 ** ((index - index % 2) / d_model)
     expected = math.sin(angle) if index % 2 == 0 else math.cos(angle)
     assert table[position, index].item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_positions_past_the_initial_table_get_the_papers_encodings():
+    """A sentence longer than the table built at first (1,024 positions) extends it: the
+    encodings there and before are still eq. (section 3.5)'s, read off ``sinusoidal_table``
+    (checked against the formula above)."""
+    positions = SinusoidalPositions(16, initial_length=4)
+    assert torch.equal(positions(torch.arange(5), 5), sinusoidal_table(5, 16))
+    assert torch.equal(positions(torch.arange(30), 30), sinusoidal_table(30, 16))
+    assert torch.equal(positions(torch.tensor([3, 2]), 4), sinusoidal_table(4, 16)[[3, 2]])
 
 
 def test_embeddings_and_output_projection_share_one_matrix():

@@ -257,10 +257,11 @@ def corpora(tmp_path_factory):
     return random_corpus(folder / "train", 200, seed=3), random_corpus(folder / "dev", 20, seed=4)
 
 
-def _unfused_step(trainer: Trainer, step: int) -> None:
+def _unfused_step(trainer: Trainer, optimizer: torch.optim.Adam, step: int) -> None:
     """One optimizer step by the old formula: the whole step's pairs in one batch, full logits,
-    :func:`label_smoothed_loss`, summed loss divided by the step's target tokens."""
-    model, optimizer = trainer.model, trainer.optimizer
+    :func:`label_smoothed_loss`, summed loss divided by the step's target tokens; ``optimizer``
+    is the test's own Adam over ``trainer.model``."""
+    model = trainer.model
     optimizer.zero_grad()
     batch = collate(trainer.train_corpus, np.concatenate(trainer.stream.next_step()))
     loss, tokens = label_smoothed_loss(model(batch.source, batch.target_input), batch.target_output,
@@ -272,21 +273,35 @@ def _unfused_step(trainer: Trainer, step: int) -> None:
     optimizer.step()
 
 
-@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
-def test_the_trainer_equals_steps_with_the_unfused_loss(corpora, tmp_path, architecture):
-    variant = small_variant(steps=3, dropout=0.0)
-    variant = variant.model_copy(
-        update={"model": variant.model.model_copy(update={"architecture": architecture})})
+# Section 5.3's Adam (beta1 0.9, beta2 0.98, epsilon 1e-9) and eps_ls 0.1 (section 5.4), then
+# row D's eps_ls 0 with other Adam settings: the trainer must take each from the settings (the
+# reference builds its Adam from the case's numbers, not from the trainer's code).
+PAPER_ADAM = {"adam_beta1": 0.9, "adam_beta2": 0.98, "adam_eps": 1e-9}
+OTHER_ADAM = {"adam_beta1": 0.5, "adam_beta2": 0.6, "adam_eps": 1e-3}
+
+
+@pytest.mark.parametrize("architecture, label_smoothing, adam_settings", [
+    ("transformer", 0.1, PAPER_ADAM), ("rnn", 0.1, PAPER_ADAM),
+    ("transformer", 0.0, OTHER_ADAM)])
+def test_the_trainer_equals_steps_with_the_unfused_loss(corpora, tmp_path, architecture,
+                                                        label_smoothing, adam_settings):
+    variant = small_variant(steps=3, dropout=0.0, **adam_settings)
+    variant = variant.model_copy(update={"model": variant.model.model_copy(
+        update={"architecture": architecture, "label_smoothing": label_smoothing})})
     fused = build_trainer(variant, TINY, *corpora, tmp_path / "fused")
     unfused = build_trainer(variant, TINY, *corpora, tmp_path / "unfused")  # same weights, data
+    reference = torch.optim.Adam(
+        unfused.model.parameters(), lr=0.0, eps=adam_settings["adam_eps"],
+        betas=(adam_settings["adam_beta1"], adam_settings["adam_beta2"]))
     fused.run(stop_after_steps=1)
-    _unfused_step(unfused, 1)
-    for (name, parameter), reference in zip(fused.model.named_parameters(),
-                                            unfused.model.parameters(), strict=True):
-        assert torch.allclose(parameter.grad, reference.grad, rtol=1e-4, atol=1e-7), name
+    _unfused_step(unfused, reference, 1)
+    for (name, parameter), reference_parameter in zip(fused.model.named_parameters(),
+                                                      unfused.model.parameters(), strict=True):
+        assert torch.allclose(parameter.grad, reference_parameter.grad, rtol=1e-4,
+                              atol=1e-7), name
     fused.run()
     for step in (2, 3):
-        _unfused_step(unfused, step)
+        _unfused_step(unfused, reference, step)
     a, b = fused.model.state_dict(), unfused.model.state_dict()
     key_bias = _key_bias_masks(variant.model, a) if architecture == "transformer" else {}
     for name, tensor in a.items():

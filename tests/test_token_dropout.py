@@ -12,6 +12,7 @@ import torch
 from reproduce.config import ModelConfig
 from reproduce.model.architectures import build_model
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.model.layers import Residual
 from reproduce.model.dropout import (AttentionDropout, TokenDropout, keep_mask, mix32,
                                      mix32_host, mix_host, step_key, token_keys)
 from reproduce.model.token_layout import TokenLayout
@@ -190,3 +191,41 @@ def test_a_layout_without_keys_still_drops_in_training():
     layout = TokenLayout(torch.zeros(10, 100, dtype=torch.bool))
     assert layout.noise is None
     assert 0.4 < (dropout(x, layout.noise) == 0).double().mean().item() < 0.6
+
+
+def test_residual_dropout_drops_the_sublayers_output_before_the_residual_add():
+    """Section 5.4: LayerNorm(x + Dropout(Sublayer(x))). A zero sub-layer output leaves
+    LayerNorm(x) whole (x itself is never dropped); with x zero, the output is the norm of the
+    sub-layer's output with its units dropped, not of all of it."""
+    residual = Residual(FEATURES, 0.5).double()
+    keys = _keys()[:500]
+    x, sublayer = torch.randn(2, 500, FEATURES, dtype=torch.float64).unbind()
+    layout = TokenLayout(torch.zeros(1, 500, dtype=torch.bool), noise=keys)
+    assert torch.equal(residual(x, torch.zeros_like(sublayer), layout), residual.norm(x))
+    dropped = residual(torch.zeros_like(x), sublayer, layout)
+    kept = _mask(0, keys, 0.5)  # the site's number: no model numbered this one
+    assert torch.equal(dropped, residual.norm(torch.where(kept, sublayer * 2, 0.0)))
+    assert not torch.allclose(dropped, residual.norm(sublayer))
+
+
+@pytest.mark.parametrize("architecture", ["transformer", "rnn"])
+def test_the_embeddings_are_dropped_in_training(architecture):
+    """Section 5.4: dropout on the sums of the embeddings and the positional encodings (the
+    recurrent baseline: on its embeddings). In training a share P_drop of their units is zero
+    and the rest is the evaluation's sum over 1 - P_drop."""
+    p = 0.3
+    config = ModelConfig(architecture=architecture, layers=1, d_model=FEATURES, d_ff=32,
+                         heads=2, d_k=8, d_v=8, dropout=p)
+    model = build_model(config, 50)
+    tokens = torch.randint(4, 50, (40, 25), generator=torch.Generator().manual_seed(0))
+    keys = _keys()[: tokens.numel()]
+    if architecture == "transformer":
+        layout = TokenLayout.of(tokens, noise=keys)
+        embed = lambda: model._embed(tokens, layout)  # noqa: E731
+    else:
+        embed = lambda: model._embed(tokens, keys.view(tokens.shape))  # noqa: E731
+    trained = embed()  # a built model is in training mode
+    evaluated = model.eval() and embed()
+    kept = trained != 0
+    assert _within(kept.double().mean().item(), 1 - p, kept.numel())
+    assert torch.allclose(trained[kept], evaluated[kept] / (1 - p), rtol=1e-6, atol=1e-6)

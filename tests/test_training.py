@@ -2,15 +2,18 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
 from reproduce.averaging import average_checkpoints, average_last
+from reproduce.special_tokens import PAD
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.assembly import build_trainer
+from reproduce.training.batching import collate
 from tests.training_fixtures import TINY, random_corpus, small_variant
 
 
@@ -64,8 +67,20 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     for side in ("source", "target"):
         assert summary[f"{side}_tokens"] == 40 * summary[f"mean_{side}_tokens_per_step"]
         assert abs(summary[f"mean_{side}_tokens_per_step"] - 300) / 300 < 0.05
-    assert summary["training_flops"] > 0 and summary["mfu"] is None  # no peak rate for a CPU
+    assert summary["mfu"] is None  # no peak rate for a CPU
     assert summary["parameters"] == sum(t.numel() for t in _final(tmp_path)["model"].values())
+    # The steps' sizes and FLOPs, counted again from the batches the same stream collates: the
+    # positions each pair computes (source pieces and EOS; BOS or EOS beside the target's)
+    replay = build_trainer(variant, TINY, train, dev, tmp_path / "replay")
+    sources, targets, flops = 0, 0, 0
+    for _ in range(40):
+        batch = collate(replay.train_corpus, np.concatenate(replay.stream.next_step()))
+        source = batch.source.ne(PAD).sum(dim=1).numpy()
+        target = batch.target_output.ne(PAD).sum(dim=1).numpy()
+        sources, targets = sources + int(source.sum()), targets + int(target.sum())
+        flops += replay.flops.training(source, target)
+    assert (summary["source_tokens"], summary["target_tokens"]) == (sources, targets)
+    assert summary["training_flops"] == flops
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
+from reproduce.decoding.beam_search import beam_search
 from reproduce.decoding.translate import cuda_matrix_products_in_tf32, translate_sentences
 from reproduce.errors import DataError
 from reproduce.model.architectures import build_model
@@ -173,6 +174,23 @@ def test_a_trained_models_translations_are_the_same_however_batched_or_read(trai
                    {"max_tokens_per_batch": 4 * 70 * 5, "check_every": 4}):
         changed = decoding.model_copy(update=update)
         assert translate_sentences(trained, processor, lines, changed) == expected, update
+
+
+@pytest.mark.parametrize("settings", [{"beam_size": 3}, {"length_penalty": 2.0},
+                                      {"max_length_offset": 2}])
+def test_the_decoding_settings_are_the_searchs(trained, processor, settings):
+    """Each of beam size, alpha and the length offset reaches the search: the lines translate
+    as ``beam_search`` given that setting translates their pieces, and not as the defaults do."""
+    lines = [source for source, _ in generate_corpus(0, 0, 40, seed=3)["test"]]
+    decoding = DecodingConfig(**settings)
+    translated = translate_sentences(trained, processor, lines, decoding)
+    arguments = {"beam_size": decoding.beam_size, "alpha": decoding.length_penalty,
+                 "max_length_offset": decoding.max_length_offset}
+    expected = [processor.decode(beam_search(trained, torch.tensor([ids + [EOS]]),
+                                             **arguments)[0])
+                for ids in processor.encode(lines)]
+    assert translated == expected
+    assert translated != translate_sentences(trained, processor, lines, DecodingConfig())
 
 
 def cuda_products_in_tf32() -> bool:
