@@ -13,6 +13,8 @@ from reproduce.scoring.bleu import (
     score_translations,
     tokenized_bleu,
 )
+from reproduce.scoring.scores import task_scores
+from tests.test_tables import make_experiment
 
 
 def bleu_by_hand(precisions: list[float], hypothesis_length: int, reference_length: int) -> float:
@@ -83,6 +85,16 @@ def test_sacrebleu_tokenizes_detokenized_text_with_13a_and_reports_its_signature
     assert "tok:13a" in signature and "smooth:exp" in signature and "version:" in signature
 
 
+def test_sacrebleu_is_case_sensitive_as_its_default_and_signature_say():
+    """The paper's and sacreBLEU's reported BLEU are cased: a hypothesis wrong only in case loses
+    points. 13a gives 7 tokens each, "the" != "The": 1-grams 6/7, 2-grams 5/6, 3-grams 4/5,
+    4-grams 3/4; BP = 1."""
+    score, signature = sacrebleu_score(["the cat sat on the mat."], ["The cat sat on the mat."])
+    assert score == pytest.approx(bleu_by_hand([6 / 7, 5 / 6, 4 / 5, 3 / 4], 7, 7))
+    assert score < 100.0
+    assert "case:mixed" in signature.split("|")
+
+
 def test_moses_tokenization_splits_punctuation_and_keeps_abbreviations():
     assert paper_tokenize('Er sagte: "z.B. 1.000,50 Euro."', "de") == \
         "Er sagte : &quot; z.B. 1.000,50 Euro . &quot;"
@@ -93,6 +105,14 @@ def test_hyphenated_compounds_are_split_as_in_get_ende_bleu():
         "Das Hotel ##AT##-##AT## Restaurant ist gut ."
     # Non-overlapping, left to right, like perl's s{(\S)-(\S)}{...}g (checked with perl).
     assert paper_tokenize("Der 3-D-Drucker", "de") == "Der 3 ##AT##-##AT## D-Drucker"
+
+
+def test_compound_split_takes_any_non_space_beside_the_hyphen_as_perls_backslash_s():
+    """\\S, not \\w: a period or another hyphen beside the hyphen is split as well (outputs
+    checked with perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g' on the tokenized text)."""
+    assert paper_tokenize("Die z.B.-Regel gilt.", "de") == "Die z.B. ##AT##-##AT## Regel gilt ."
+    assert paper_tokenize("Nr.-3", "de") == "Nr. ##AT##-##AT## 3"
+    assert paper_tokenize("a--b", "de") == "a ##AT##-##AT## -b"
 
 
 def test_compound_split_rewards_the_correct_half_of_a_wrong_compound():
@@ -166,3 +186,20 @@ def test_multi_bleu_arithmetic_on_papinenis_example_counted_by_hand():
     assert multi_bleu_brute_force(hypothesis, reference) == pytest.approx(expected)
     assert tokenized_bleu(hypothesis, reference, "en", compound_split=False) == \
         pytest.approx(expected)
+
+
+def test_translations_are_tokenized_as_the_target_language_not_the_source(tmp_path):
+    """An EN-DE experiment scores German: Moses' German tokenizer keeps the ordinal "3." one token
+    (its English one splits it, "3 .", and gives 59.69). "Sie kam am 3. Mai nach Hause ." against
+    "... Juni ...", 8 tokens each: 1-grams 7/8, 2-grams 5/7, 3-grams 3/6, 4-grams 1/5 -> 50."""
+    experiment = make_experiment()
+    assert (experiment.source_lang, experiment.target_lang) == ("en", "de")
+    (tmp_path / "hyp.txt").write_text("Sie kam am 3. Mai nach Hause.\n")
+    (tmp_path / "ref.txt").write_text("Sie kam am 3. Juni nach Hause.\n")
+    scores = task_scores(experiment, tmp_path / "hyp.txt", tmp_path / "ref.txt", None,
+                         tmp_path / "unused.trees")
+    expected = bleu_by_hand([7 / 8, 5 / 7, 3 / 6, 1 / 5], 8, 8)
+    assert expected == pytest.approx(50.0)
+    assert scores["tokenized_bleu"] == pytest.approx(expected)
+    assert tokenized_bleu(["Sie kam am 3. Mai nach Hause."], ["Sie kam am 3. Juni nach Hause."],
+                          "en") == pytest.approx(bleu_by_hand([8 / 9, 6 / 8, 4 / 7, 2 / 6], 9, 9))

@@ -37,6 +37,16 @@ def test_a_hand_computed_pair():
     assert scores["exact_match"] == 0.0
 
 
+def test_every_gold_bracket_plus_an_extra_one_is_not_an_exact_match():
+    """A complete match needs precision 100% as well as recall: the test tree has all 4 gold
+    brackets and an extra NP(0,5) over the whole sentence. P = 4/5, R = 4/4."""
+    scores = _score(GOLD, "(S (NP (NP (XX The) (XX dog)) (VP (XX saw) (NP (XX a) (XX cat))))"
+                          " (XX .))")
+    assert (scores["matched"], scores["gold_brackets"], scores["test_brackets"]) == (4, 4, 5)
+    assert scores["precision"] == pytest.approx(80.0) and scores["recall"] == 100.0
+    assert scores["exact_match"] == 0.0
+
+
 def test_pos_tags_are_not_brackets_and_xx_tags_are_enough():
     assert _score(GOLD, format_tree(mask_tags(_trees(GOLD)[0])))["f1"] == 100.0
 

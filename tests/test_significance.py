@@ -14,8 +14,8 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from reproduce.scoring.significance import (
-    _corpus_bleu, _seed_draws, _sentence_draws, _sentence_statistics, compare_translations,
-    two_level_bootstrap,
+    _corpus_bleu, _percentile_interval, _seed_draws, _sentence_draws, _sentence_statistics,
+    compare_translations, two_level_bootstrap,
 )
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.render import render_tables
@@ -169,6 +169,26 @@ def test_unpaired_seeds_two_level_interval_by_hand():
     assert result.interval == pytest.approx((1 / 6, 2.5))
     assert result.p_value == pytest.approx(1 / 3)
     assert not result.paired_seeds and result.covers_training
+
+
+def test_a_side_scores_the_mean_of_its_drawn_seeds_not_their_median():
+    """Three system seeds scoring 0, 3 and 12 on every sentence, one baseline seed scoring 1.
+    Seed 0's one replicate draws the system's seeds at positions [1, 2, 2]: 3, 12, 12, whose
+    mean is 9 (the median would be 12), so the difference is 9 - 1 = 8. Observed:
+    (0 + 3 + 12) / 3 - 1 = 4."""
+    assert _seed_draws([1, 2, 3], [1], 1, seed=0)[0].tolist() == [[1, 2, 2]]
+    result = two_level_bootstrap({1: _points(0, 0), 2: _points(3, 3), 3: _points(12, 12)},
+                                 {1: _points(1, 1)}, _mean_points, resamples=1, seed=0)
+    assert result.interval == pytest.approx((8.0, 8.0))
+    assert result.difference == pytest.approx(4.0)
+
+
+def test_the_interval_takes_sacrebleus_n_over_40th_values_from_each_end():
+    """1,000 replicates 0..999 (shuffled): 1000 // 40 = 25, so the 26th smallest and the 26th
+    largest, 25 and 974: the half-width sacreBLEU's estimate_ci reports, 474.5."""
+    samples = np.random.default_rng(0).permutation(np.arange(1000.0))
+    assert _percentile_interval(samples) == (25.0, 974.0)
+    assert sacrebleu.significance.estimate_ci(samples) == pytest.approx((499.5, 474.5))
 
 
 def test_two_level_bootstrap_equals_a_plain_loop_over_sacrebleus_corpus_bleu(systems):
