@@ -6,7 +6,8 @@ import numpy as np
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.special_tokens import BOS, EOS, PAD
 from reproduce.training.batching import (
-    MicroBatchStream, StreamPosition, collate, device_passes, pack_batches, pack_micro_batches,
+    MicroBatchStream, StreamPosition, collate, device_passes, evaluation_batches, pack_batches,
+    pack_micro_batches,
 )
 from reproduce.model.dropout import mix_host, step_key
 from tests.training_fixtures import VOCAB, random_corpus, write_encoded
@@ -171,3 +172,67 @@ def test_the_stream_is_deterministic_resumable_and_lands_on_the_token_budget(tmp
     resumed.seek(StreamPosition(**vars(replay.position)))
     for group in steps[10:]:
         assert all(np.array_equal(a, b) for a, b in zip(group, resumed.next_step(), strict=True))
+
+
+def test_a_pair_is_left_out_by_its_target_too_empty_or_one_position_too_long():
+    """The target side is held to the same limits as the source: an empty target (EOS alone)
+    or one of ``max_source_tokens + 1`` positions is out; ``max_source_tokens`` positions fit."""
+    source, target = np.array([3, 3, 3, 255, 256]), np.array([0, 255, 256, 3, 3])
+    for batches in (pack_batches(source, target, max_tokens=10**6, max_source_tokens=256),
+                    pack_micro_batches(source, target, 10**6, 256)):
+        assert sorted(np.concatenate(batches).tolist()) == [1, 3]
+
+
+def test_pairs_are_packed_in_order_of_target_then_source_size():
+    """Pairs are sorted by (target, source) length before packing: the target first, the
+    source breaking ties."""
+    source, target = np.array([1, 5, 3, 2]), np.array([4, 2, 2, 9])
+    (batch,) = pack_micro_batches(source, target, 10**6, 256)
+    assert batch.tolist() == [2, 1, 0, 3]
+
+
+def test_device_passes_sort_by_length_and_are_bounded_by_the_target_side_too(tmp_path):
+    """A rank's pairs go to the passes sorted by (target, source) size; a pass closes when
+    either side would exceed ``max_tokens``: here the short sources (2 positions each) would all
+    fit in 20, the targets (10 each) only two by two."""
+    write_encoded(tmp_path / "sorted", VOCAB, [([5] * n, [6] * n) for n in (5, 1, 3, 2)])
+    corpus = EncodedCorpus.open(tmp_path / "sorted")
+    (single,) = device_passes(np.arange(4), corpus, 10**6)
+    assert single.tolist() == [1, 3, 2, 0]
+    write_encoded(tmp_path / "long", VOCAB, [([5], [6] * 9)] * 4)
+    passes = device_passes(np.arange(4), EncodedCorpus.open(tmp_path / "long"), 20)
+    assert [len(indices) for indices in passes] == [2, 2]
+
+
+def test_each_epoch_visits_every_micro_batch_once_in_a_new_order(tmp_path):
+    """Section 5.1 trains for many epochs; each epoch visits all micro-batches once, in an
+    order drawn afresh (seeded by the epoch), not the first epoch's order again."""
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "c", 300, seed=3))
+    stream = MicroBatchStream(corpus, 40, 1, 256, seed=4)
+    count = len(stream.batches)
+    visits = [int(stream.next_step()[0][0]) for _ in range(2 * count)]
+    firsts = sorted(int(batch[0]) for batch in stream.batches)
+    assert sorted(visits[:count]) == firsts and sorted(visits[count:]) == firsts
+    assert visits[:count] != visits[count:]
+
+
+def test_evaluation_batches_hold_a_pair_whose_target_is_the_longest_sentence(tmp_path):
+    """Dev loss and perplexity score every pair exactly once: the limit evaluation packs under
+    is set by the longest sentence on either side, so a target longer than every source is not
+    left out; and a width is the longest sentence plus EOS, no wider, with ``multiple`` 1."""
+    write_encoded(tmp_path / "c", VOCAB, [([5] * 3, [6] * 4), ([5] * 2, [6] * 30), ([5], [6])])
+    corpus = EncodedCorpus.open(tmp_path / "c")
+    batches = evaluation_batches(corpus, max_tokens=1)
+    assert sorted(np.concatenate(batches).tolist()) == [0, 1, 2]
+    batch = collate(corpus, np.array([0, 1]))
+    assert batch.source.shape == (2, 4) and batch.target_output.shape == (2, 31)
+
+
+def test_a_pair_overshooting_the_budget_by_exactly_half_its_size_still_joins():
+    """A pair joins while it overshoots the budget by at most half its own size: with a budget
+    of 10, a pair of 8 positions after one of 6 (total 14, over by 4 = 8 / 2) joins; one of 9
+    after 6 (over by 5 > 4.5) starts the next micro-batch."""
+    joins = pack_micro_batches(np.array([5, 7]), np.array([5, 7]), 10, 256)
+    assert [batch.tolist() for batch in joins] == [[0, 1]]
+    splits = pack_micro_batches(np.array([5, 8]), np.array([5, 8]), 10, 256)
+    assert [batch.tolist() for batch in splits] == [[0], [1]]

@@ -47,3 +47,10 @@ def test_encoded_corpus_holds_exactly_the_sentencepiece_ids(tmp_path):
 def test_large_vocabularies_switch_to_32_bit_ids():
     assert token_dtype(37000) == np.uint16
     assert token_dtype(70000) == np.int32
+
+
+def test_ids_stay_16_bit_exactly_while_the_largest_id_fits_in_16_bits():
+    """A vocabulary of 65536 pieces has ids 0..65535, all in uint16; one piece more needs id
+    65536, which uint16 would wrap to 0 (PAD)."""
+    assert token_dtype(65536) == np.uint16
+    assert token_dtype(65537) == np.int32

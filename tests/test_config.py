@@ -114,6 +114,33 @@ def test_averaging_more_checkpoints_than_kept_is_rejected(tmp_path):
         load_experiment(path)
 
 
+@pytest.mark.parametrize(("accepted", "refused", "message"), [
+    ({"checkpoints": {"keep_last": 5}}, {"checkpoints": {"keep_last": 4}},
+     r"keep_last \(4\) must be >= average_last \(5\)"),
+    ({"max_tokens_per_device": 256}, {"max_tokens_per_device": 255},
+     r"max_tokens_per_device \(255\) is below max_source_tokens \(256\)"),
+])
+def test_training_limits_are_accepted_at_their_bound_and_refused_one_below(
+        tmp_path, accepted, refused, message):
+    """With average_last 5 and max_source_tokens 256: keeping exactly the 5 checkpoints to
+    average, and a pass of exactly the longest pair's 256 tokens, are fine; one less is refused,
+    naming both settings."""
+    def edit(settings):
+        def apply(raw):
+            training = raw["training"]
+            training.update(average_last=5, max_source_tokens=256)
+            for key, value in settings.items():
+                if isinstance(value, dict):
+                    training[key].update(value)
+                else:
+                    training[key] = value
+        return apply
+
+    load_experiment(_write_tiny_with(tmp_path, edit(accepted)))
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(_write_tiny_with(tmp_path, edit(refused)))
+
+
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"nothere\.yaml: cannot read"):
         load_experiment(tmp_path / "nothere.yaml")
@@ -220,6 +247,7 @@ def test_table4_belongs_to_parsing_experiments_only(tmp_path):
     ({"attention_radius": 16}, r"attention_radius restricts self-attention"),
     ({"positional": "learned"}, r"positional: learned adds position embeddings"),
     ({"d_model": 63}, r"architecture rnn needs an even d_model .*got 63"),
+    ({"d_model": 65}, r"architecture rnn needs an even d_model .*got 65"),
 ])
 def test_settings_an_rnn_cannot_honour_are_refused_naming_the_variant(tmp_path, override, message):
     path = _write_tiny_with(tmp_path, lambda raw: raw["variants"]["rnn"]["model"].update(override))

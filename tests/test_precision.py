@@ -141,6 +141,19 @@ def test_a_gradient_under_clip_norm_is_left_as_it_is(loss_scaling):
     assert torch.equal(weights.detach(), -torch.tensor([0.6, 0.8]))
 
 
+def test_without_loss_scaling_a_non_finite_gradient_skips_that_update_and_every_later_one():
+    """fp32: a NaN gradient's update is skipped, and so is every later one, finite or not (the
+    host learns of the NaN a step late and stops the run with the weights of the last finite
+    step): plain SGD with lr 1 leaves the weights where the first finite step put them."""
+    weights = torch.nn.Parameter(torch.zeros(2))
+    update = OptimizerUpdate(torch.optim.SGD([weights], lr=1.0), "cpu", False, clip_norm=None)
+    for gradient, not_finite in (([1.0, 2.0], 0.0), ([math.nan, 1.0], 1.0), ([3.0, 4.0], 1.0)):
+        update.optimizer.zero_grad()
+        update.backward((weights * torch.tensor(gradient)).sum())
+        assert update.apply().not_finite.item() == not_finite
+    assert torch.equal(weights.detach(), torch.tensor([-1.0, -2.0]))
+
+
 # -- the trainer in fp16 ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory):

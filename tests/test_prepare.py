@@ -62,6 +62,24 @@ def test_training_pairs_are_cleaned_with_exact_counts(downloads, tmp_path):
     assert json.loads((tmp_path / "data/train.report.json").read_text())["kept"] == 2
 
 
+def test_max_tokens_is_inclusive_and_binds_either_side_and_an_empty_target_is_dropped(tmp_path):
+    """Section 5.1's cleaning, side by side: a pair of exactly ``max_tokens`` tokens stays, one
+    token more on the target side alone drops it, and an empty target is as empty as an empty
+    source (never a division by its zero length)."""
+    _downloaded(tmp_path / "dl", {
+        "training/europarl-v7.de-en.en": "a b c\na b\nk\na b c d\n",
+        "training/europarl-v7.de-en.de": "x y z\nw x y z\n\nx y\n",
+    })
+    report = prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out",
+                           Cleaning(max_tokens=3, max_length_ratio=10.0))
+    counts = report["sources"]["europarl"]
+    assert (counts["read"], counts["kept"]) == (4, 1)
+    assert (counts["dropped_empty"], counts["dropped_too_long"]) == (1, 2)
+    assert counts.get("dropped_length_ratio", 0) == 0
+    assert (tmp_path / "out/train.src").read_text() == "a b c\n"
+    assert (tmp_path / "out/train.tgt").read_text() == "x y z\n"
+
+
 def test_dev_sets_are_read_from_sgm_and_never_filtered(downloads, tmp_path):
     source = _source("sgm", source_member="dev/newstest2013-src.en.sgm",
                      target_member="dev/newstest2013-ref.de.sgm")

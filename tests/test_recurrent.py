@@ -101,6 +101,48 @@ def test_attention_weights_are_a_distribution_over_real_source_positions(kind):
         assert torch.allclose(weights[1], torch.softmax(scores, dim=-1), atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_attentional_state_combines_the_attention_context_with_the_decoder_state(kind):
+    """Luong eq. 5: h~_t = tanh(W_c [c_t; h_t]), with c_t the attention-weighted sum of the
+    encoder states over the real source positions: the context, not h_t again, fills the first
+    half of what W_c sees."""
+    model = tiny_rnn(kind)
+    source = random_tokens(2, 6)
+    source[0, 3:] = PAD
+    target = torch.cat([torch.full((2, 1), BOS), random_tokens(2, 4, seed=3)], dim=1)
+    encoded = model.encode(source)
+    seen = []
+    handle = model.combine.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    with torch.no_grad():
+        states = model.decoder_states(target, encoded)
+    handle.remove()
+    (combined,) = seen
+    outputs = combined[..., 16:]
+    context = model.attention.weights(outputs, encoded.keys, encoded.padding) @ encoded.memory
+    assert torch.allclose(combined[..., :16], context, atol=1e-6)
+    assert torch.allclose(states, torch.tanh(combined @ model.combine.weight.T), atol=1e-6)
+
+
+def test_both_lstms_read_the_shared_embedding_times_sqrt_d_model_and_the_logits_use_it_too():
+    """The module's docstring: one embedding matrix for source, target and output, initialised
+    N(0, d_model^-0.5) and multiplied by sqrt(d_model) (here 4) on input, as the Transformer's
+    (section 3.4); the logits are h~_t times the same matrix."""
+    model = tiny_rnn("multiplicative")
+    source = random_tokens(2, 5)
+    target = torch.cat([torch.full((2, 1), BOS), random_tokens(2, 3, seed=4)], dim=1)
+    inputs = []
+    hooks = [lstm.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+             for lstm in (model.encoder, model.decoder)]
+    with torch.no_grad():
+        logits = model(source, target)
+        states = model.decoder_states(target, model.encode(source))
+    for hook in hooks:
+        hook.remove()
+    assert torch.allclose(inputs[0], model.embedding.weight[source] * 4)
+    assert torch.allclose(inputs[1], model.embedding.weight[target] * 4)
+    assert torch.allclose(logits, states @ model.embedding.weight.T, atol=1e-6)
+
+
 def test_parameters_equal_the_hand_count():
     # d = 4, V = 10, one layer: embedding 40; encoder 2 directions x (4*2*(4+2) + 2*4*2) = 2 x 64;
     # decoder 4*4*(4+4) + 2*4*4 = 160; W_a 16; W_c 2*4*4 = 32.

@@ -1,6 +1,7 @@
 """Training: exact resume, data parallelism equal to accumulation, checkpoint averaging."""
 
 import json
+import random
 
 import numpy as np
 import pytest
@@ -10,11 +11,13 @@ from torch._dynamo.utils import counters
 
 from reproduce.averaging import average_checkpoints, average_last
 from reproduce.special_tokens import PAD
+from reproduce.training import rng_state
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.assembly import build_trainer
 from reproduce.training.batching import collate
-from tests.training_fixtures import TINY, random_corpus, small_variant
+from reproduce.training.loss import label_smoothed_loss
+from tests.training_fixtures import TINY, VOCAB, random_corpus, small_variant, write_encoded
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,25 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     assert curve(tmp_path / "resumed") == curve(tmp_path / "straight")  # no duplicated lines
 
 
+def test_a_checkpoints_rng_states_restore_every_generator_after_a_weights_only_load(tmp_path):
+    """A resume restores every random generator a training may draw from: torch's, numpy's
+    global one (a Gaussian cached half-way included) and Python's, through a checkpoint loaded
+    with weights_only; each then draws what it drew right after the capture."""
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    np.random.standard_normal()  # numpy caches the second Gaussian of the pair
+    states = rng_state.capture()
+    draws = (torch.rand(3).tolist(), np.random.standard_normal(3).tolist(), random.random())
+    torch.save(states, tmp_path / "rng.pt")
+    torch.manual_seed(9)
+    np.random.seed(9)
+    random.seed(9)
+    rng_state.restore(torch.load(tmp_path / "rng.pt", weights_only=True))
+    assert (torch.rand(3).tolist(), np.random.standard_normal(3).tolist(),
+            random.random()) == draws
+
+
 def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     train, dev = corpora
     variant = small_variant(steps=40, dropout=0.0, warmup_steps=10)
@@ -81,6 +103,41 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
         flops += replay.flops.training(source, target)
     assert (summary["source_tokens"], summary["target_tokens"]) == (sources, targets)
     assert summary["training_flops"] == flops
+
+
+def test_a_steps_gradient_is_that_of_its_summed_loss_over_its_target_tokens(corpora, tmp_path):
+    """Section 5.3: the loss of a step is the mean over its target tokens (EOS included), so
+    the gradient the optimizer gets is that of the step's summed label-smoothed loss divided by
+    its target tokens, never by its source tokens; the model is the same one computed in one
+    padded batch here."""
+    rng = np.random.default_rng(5)
+    pairs = [(source, source[::-1] + [5, 6]) for source in
+             (rng.integers(4, VOCAB, rng.integers(2, 12)).tolist() for _ in range(300))]
+    write_encoded(tmp_path / "train", VOCAB, pairs)  # targets two tokens longer
+    train, dev = tmp_path / "train", corpora[1]
+    variant = small_variant(steps=1, dropout=0.0, clip_norm=None)
+    trainer = build_trainer(variant, TINY, train, dev, tmp_path / "run")
+    replay = build_trainer(variant, TINY, train, dev, tmp_path / "replay")
+    seen = {}
+    apply = trainer.optimizer_update.apply
+
+    def capture():
+        seen.update({name: parameter.grad.clone()
+                     for name, parameter in trainer.model.named_parameters()
+                     if parameter.grad is not None})
+        return apply()
+
+    trainer.optimizer_update.apply = capture
+    trainer.run()
+    batch = collate(replay.train_corpus, np.concatenate(replay.stream.next_step()))
+    total, tokens = label_smoothed_loss(replay.model(batch.source, batch.target_input),
+                                        batch.target_output, variant.model.label_smoothing)
+    (total / tokens).backward()
+    expected = {name: parameter.grad for name, parameter in replay.model.named_parameters()
+                if parameter.grad is not None}
+    assert seen.keys() == expected.keys()
+    for name, gradient in expected.items():
+        assert torch.allclose(seen[name], gradient, rtol=1e-4, atol=1e-7), name
 
 
 @pytest.fixture(scope="module")
