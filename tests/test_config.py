@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import ConfigError
+from reproduce.config import ConfigError, deep_merge
 from reproduce.provenance import differing_settings, trained_settings
 from reproduce.experiment_file import load_experiment
 
@@ -126,15 +126,8 @@ def test_training_limits_are_accepted_at_their_bound_and_refused_one_below(
     average, and a pass of exactly the longest pair's 256 tokens, are fine; one less is refused,
     naming both settings."""
     def edit(settings):
-        def apply(raw):
-            training = raw["training"]
-            training.update(average_last=5, max_source_tokens=256)
-            for key, value in settings.items():
-                if isinstance(value, dict):
-                    training[key].update(value)
-                else:
-                    training[key] = value
-        return apply
+        bounds = {"average_last": 5, "max_source_tokens": 256}
+        return lambda raw: raw.update(training=deep_merge(raw["training"] | bounds, settings))
 
     load_experiment(_write_tiny_with(tmp_path, edit(accepted)))
     with pytest.raises(ConfigError, match=message):

@@ -63,7 +63,7 @@ def test_training_pairs_are_cleaned_with_exact_counts(downloads, tmp_path):
 
 
 def test_max_tokens_is_inclusive_and_binds_either_side_and_an_empty_target_is_dropped(tmp_path):
-    """Section 5.1's cleaning, side by side: a pair of exactly ``max_tokens`` tokens stays, one
+    """The cleaning's limits, side by side: a pair of exactly ``max_tokens`` tokens stays, one
     token more on the target side alone drops it, and an empty target is as empty as an empty
     source (never a division by its zero length)."""
     _downloaded(tmp_path / "dl", {
