@@ -64,3 +64,13 @@ def test_a_cut_short_gz_file_and_a_corrupt_zip_member(tmp_path):
     bundle.write_bytes(bytes(data))
     with pytest.raises(DataError, match="damaged or cut short"):
         extract_member(bundle, "train.en", tmp_path / "zipped")
+
+
+def test_a_gz_file_cut_short_mid_copy_leaves_no_partial_output(tmp_path):
+    """The cut is found only after some text was already copied out: the partial copy is
+    removed, so that nothing later takes it for the whole file."""
+    gz = tmp_path / "train.en.gz"
+    gz.write_bytes(gzip.compress(LINES)[:5000])
+    with pytest.raises(DataError, match="damaged or cut short"):
+        extract_member(gz, None, tmp_path / "plain")
+    assert not (tmp_path / "plain").exists()

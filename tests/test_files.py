@@ -56,3 +56,13 @@ def test_records_appended_and_rewritten_read_back_in_order(tmp_path):
     write_records(path, read_records(path)[:2])
     assert path.read_text() == "".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n"
                                        for step in (1, 2))
+
+
+def test_a_temporary_that_cannot_be_created_names_the_final_path(tmp_path):
+    """Where ``<name>.tmp`` cannot be created (a read-only folder; here a folder holds the name),
+    the error names the file the caller asked for, as a full disk does, not the temporary."""
+    path = tmp_path / "out.txt"
+    (tmp_path / "out.txt.tmp").mkdir()
+    with pytest.raises(UnwritableOutputError, match=rf"^{path}: cannot write \(Is a directory\)"):
+        write_text_whole(path, "new\n")
+    assert not path.exists()

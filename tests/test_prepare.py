@@ -8,11 +8,11 @@ from reproduce.config import Cleaning, ConfigError, Source
 from reproduce.experiment_file import load_experiment
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
-from reproduce.data.sgm import parse_sgm_text
+from reproduce.data.sgm import parse_sgm_text, read_sgm
 from reproduce.errors import DataError
 from reproduce.files import UndecodableTextError
 from reproduce.parsing.trees import TreeError
-from tests.corpus_archives import wmt_like_members, write_tgz, write_tgz_bytes
+from tests.corpus_archives import sgm, wmt_like_members, write_tgz, write_tgz_bytes
 
 
 def test_sgm_segments_entities_and_odd_markup():
@@ -266,3 +266,23 @@ def test_a_ptb_source_takes_no_target_member():
     with pytest.raises(ValueError,
                        match="a ptb source holds both sides in source_member; drop target_member"):
         Source(name="wsj", url="file:x.tgz", format="ptb", source_member="a.mrg", target_member="b")
+
+
+def test_sgm_sides_of_different_length_are_an_error_naming_the_source(tmp_path):
+    """Two SGM files of different segment counts cannot be paired: the error names the source
+    and both counts, before anything is written (not zip's bare 'argument 2 is shorter')."""
+    source = _source("sgm", source_member="dev/src.sgm", target_member="dev/ref.sgm")
+    _downloaded(tmp_path / "dl", {"dev/src.sgm": sgm("srcset", ["a", "b", "c"]),
+                                  "dev/ref.sgm": sgm("refset", ["x", "y"])}, source)
+    with pytest.raises(DataError, match=r"'europarl': dev/src\.sgm has 3 sentences but "
+                                        r"dev/ref\.sgm has 2"):
+        prepare_split([source], "dev", tmp_path / "dl", tmp_path / "out", Cleaning())
+    assert not (tmp_path / "out/dev.src").exists()
+
+
+def test_a_file_without_segments_is_not_an_sgm_file(tmp_path):
+    """A plain text file declared as ``sgm`` would give an empty split; it is refused naming
+    the file instead."""
+    (tmp_path / "dev.sgm").write_text("Just a sentence .\nAnother one .\n")
+    with pytest.raises(DataError, match=r"dev\.sgm: no <seg> elements found; is it an SGM file"):
+        read_sgm(tmp_path / "dev.sgm")

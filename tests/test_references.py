@@ -74,3 +74,19 @@ def test_ptb_references_are_the_cleaned_gold_trees_one_per_line(tmp_path):
                              r"references.*read 3"):
         write_references([source], tmp_path / "dl", tmp_path / "other.ref", expected_lines=3)
     assert not (tmp_path / "other.ref").exists()
+
+
+def test_the_references_of_several_sources_follow_each_other_in_source_order(tmp_path):
+    """A split made of several test sets (newstest2012 + newstest2013) is scored against all
+    their references, in the order preparation read the sources: reference i stays paired with
+    source sentence i."""
+    sources = [Source(name=name, url=f"file:x/{name}.tgz", format="sgm",
+                      source_member="dev/src.sgm", target_member="dev/ref.sgm")
+               for name in ("first", "second")]
+    for source, references in zip(sources, (["one", "two"], ["three"]), strict=True):
+        write_tgz(tmp_path / "dl" / file_name(source), {
+            "dev/src.sgm": sgm("srcset", ["s"] * len(references)),
+            "dev/ref.sgm": sgm("refset", references),
+        })
+    assert write_references(sources, tmp_path / "dl", tmp_path / "dev.ref", expected_lines=3) == 3
+    assert (tmp_path / "dev.ref").read_text(encoding="utf-8") == "one\ntwo\nthree\n"

@@ -121,3 +121,12 @@ def test_perplexity_logs_the_sentences_scored_of_the_split(tmp_path, monkeypatch
     done = [int(match[1]) for record in caplog.records
             if (match := pattern.match(record.getMessage())) and match[1] != "0"]
     assert len(set(done)) > 1 and done == sorted(done) and done[-1] == 30
+
+
+def test_the_eta_is_the_items_left_at_the_rate_so_far():
+    """4 of 10 items in 2 s is 2 items/s: the 6 left take 3 s more (not 10 / 2 = 5 s)."""
+    progress = StageProgress("stage", 10, "items", log)
+    progress._start = progress._last_item = 100.0
+    progress.done = 4
+    assert progress.line(102.0) == ("stage: 4/10 items (40.0%), 2 items/s, elapsed 00:00:02, "
+                                    "ETA 00:00:03, last progress 2 s ago")

@@ -1,0 +1,83 @@
+"""Training checkpoints on small handmade files: what :func:`load_checkpoint` refuses, what
+resuming refuses to look at, and what the manifest lists for averaging."""
+
+import hashlib
+import io
+import os
+
+import pytest
+import torch
+
+from reproduce.training.checkpoints import (
+    CheckpointError,
+    CheckpointSchedule,
+    load_checkpoint,
+    refuse_non_files,
+    sidecar_path,
+    write_manifest,
+)
+
+
+def _write_verified(path, state):
+    """``state`` saved with a matching sidecar, as :func:`save_checkpoint` would write it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    path.write_bytes(buffer.getvalue())
+    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
+    sidecar_path(path).write_text(f"{digest}  {path.name}\n")
+    return path
+
+
+def test_a_verified_file_without_a_model_entry_is_not_a_checkpoint(tmp_path):
+    """A weights-only file whose sidecar matches but holds no ``model`` (another program's
+    tensors, an optimizer state alone) is refused by name when loaded, not handed on to fail
+    later as a KeyError inside averaging or resuming."""
+    path = _write_verified(tmp_path / "step_00000003.pt", {"optimizer": {}, "step": 3})
+    with pytest.raises(
+        CheckpointError,
+        match=r"step_00000003\.pt: not a checkpoint of this "
+        r"package \(no 'model' entry\)",
+    ):
+        load_checkpoint(path)
+
+
+def test_a_fifo_under_a_checkpoint_name_is_refused_before_anything_reads_it(tmp_path):
+    """Resuming reads every checkpoint name in the folder; a named pipe there would block that
+    read forever. Anything but a regular file under a name training writes is refused."""
+    os.mkfifo(tmp_path / "step_00000006.pt")
+    with pytest.raises(
+        CheckpointError,
+        match=r"step_00000006\.pt: not a regular file where "
+        r"training writes a checkpoint file",
+    ):
+        refuse_non_files(tmp_path)
+
+
+def test_the_manifest_lists_the_grid_checkpoints_only(tmp_path):
+    """A checkpoint saved off the grid (a stop request, a wall-clock save) serves resuming only:
+    even while it is the newest on disk, the manifest that averaging reads leaves it out."""
+    schedule = CheckpointSchedule(
+        tmp_path / "checkpoints", every_steps=3, every_minutes=0, keep_last=3, final_step=12
+    )
+    for step in (3, 6, 7):
+        schedule.save({"model": {"w": torch.zeros(1)}, "step": step}, step)
+    manifest = write_manifest(tmp_path / "train/checkpoints.json", schedule)
+    assert [entry["step"] for entry in manifest["checkpoints"]] == [3, 6]
+
+
+def test_a_missing_checkpoint_or_checksum_file_is_named_for_what_it_is(tmp_path):
+    """Which of the two files is gone decides the remedy (a run killed before its marker was
+    written, or a checkpoint deleted): the error says which."""
+    path = _write_verified(tmp_path / "step_00000003.pt", {"model": {}, "step": 3})
+    sidecar_path(path).unlink()
+    with pytest.raises(
+        CheckpointError,
+        match=r"step_00000003\.pt: not a complete checkpoint \(its checksum file "
+        r"step_00000003\.pt\.sha256 is missing\)",
+    ):
+        load_checkpoint(path)
+    with pytest.raises(
+        CheckpointError, match=r"step_00000006\.pt: not a complete checkpoint \(it is missing\)"
+    ):
+        load_checkpoint(tmp_path / "step_00000006.pt")
+
