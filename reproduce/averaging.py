@@ -22,7 +22,7 @@ import torch
 from reproduce.errors import CheckpointError, UsageError
 from reproduce.provenance import recorded_identity, same_run
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
-                                            on_grid, save_checkpoint, sidecar_path)
+                                            on_grid, recorded_digest, save_checkpoint)
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +85,10 @@ def _save_average(paths: list[Path], output: Path) -> dict:
 def average_last(checkpoint_dir: Path, k: int, output: Path,
                  every_steps: int | None = None) -> dict:
     """Average the last ``k`` checkpoints of ``checkpoint_dir`` on the ``every_steps`` grid into
-    ``output``. Without ``every_steps`` the last ``k`` files are taken, and refused when their
-    steps are not evenly spaced: one was written off the grid (by a stop request or a wall-clock
-    save) and the average would depend on when that happened."""
+    ``output``. Without ``every_steps`` the last ``k`` files are taken, and refused when the
+    folder's last ``max(k, 3)`` steps are not evenly spaced: one was written off the grid (by a
+    stop request or a wall-clock save) and the average would depend on when that happened. Three
+    steps at least, because one spacing alone cannot show that the newest is off the grid."""
     _check_last(k)
     available = list_checkpoints(checkpoint_dir)
     if every_steps is not None:
@@ -98,16 +99,15 @@ def average_last(checkpoint_dir: Path, k: int, output: Path,
             f"{checkpoint_dir}: {len(available)} checkpoints{grid}, but average_last asks for {k}; "
             f"raise checkpoints.keep_last or save more often (checkpoints.every_steps)"
         )
-    chosen = available[-k:]
-    steps = [checkpoint_step(path) for path in chosen]
+    steps = [checkpoint_step(path) for path in available[-max(k, 3):]]
     if every_steps is None and len({b - a for a, b in zip(steps, steps[1:], strict=False)}) > 1:
         raise CheckpointError(
-            f"{checkpoint_dir}: the last {k} checkpoints, steps {steps}, are not evenly spaced (a "
+            f"{checkpoint_dir}: the last checkpoints, steps {steps}, are not evenly spaced (a "
             f"stop request or a wall-clock save wrote one off the save grid); average what "
             f"training listed (--manifest <variant>/train/checkpoints.json) or name the grid "
             f"(--every-steps)"
         )
-    return _save_average(chosen, output)
+    return _save_average(available[-k:], output)
 
 
 def manifest_checkpoints(manifest: Path) -> list[tuple[Path, int, str | None]]:
@@ -138,11 +138,7 @@ def average_manifest(manifest: Path, k: int | None, output: Path) -> dict:
     if not chosen:
         raise CheckpointError(f"{manifest}: lists no checkpoints")
     for path, step, digest in chosen:
-        try:
-            recorded = sidecar_path(path).read_text().split()[:1]
-        except OSError:
-            recorded = []
-        if digest is None or recorded != [digest]:
+        if digest is None or recorded_digest(path) != digest:
             raise CheckpointError(
                 f"{path}: not the step {step} checkpoint that {manifest} lists (missing, or "
                 f"changed since training wrote the list); train again to rewrite both"

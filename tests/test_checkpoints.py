@@ -8,9 +8,11 @@ import os
 import pytest
 import torch
 
+from reproduce.averaging import average_manifest
 from reproduce.training.checkpoints import (
     CheckpointError,
     CheckpointSchedule,
+    latest_good_checkpoint,
     load_checkpoint,
     refuse_non_files,
     sidecar_path,
@@ -81,3 +83,23 @@ def test_a_missing_checkpoint_or_checksum_file_is_named_for_what_it_is(tmp_path)
     ):
         load_checkpoint(tmp_path / "step_00000006.pt")
 
+
+def test_a_sidecar_of_any_bytes_marks_its_checkpoint_damaged_and_resuming_goes_back(tmp_path):
+    """A sidecar is as untrusted as its checkpoint: one holding bytes that are not text (a torn
+    write, a disk error) makes that checkpoint damaged, so resuming warns and takes the one
+    before, and the manifest lists it without a digest, which averaging refuses by name."""
+    schedule = CheckpointSchedule(
+        tmp_path / "checkpoints", every_steps=3, every_minutes=0, keep_last=3, final_step=12
+    )
+    for step in (3, 6):
+        schedule.save({"model": {"w": torch.full((1,), float(step))}, "step": step}, step)
+    newest = tmp_path / "checkpoints/step_00000006.pt"
+    sidecar_path(newest).write_bytes(b"\xff\xfe\n")
+    with pytest.raises(CheckpointError, match=r"step_00000006\.pt: damaged"):
+        load_checkpoint(newest)
+    path, state = latest_good_checkpoint(tmp_path / "checkpoints")
+    assert (path.name, state["step"]) == ("step_00000003.pt", 3)
+    manifest = write_manifest(tmp_path / "train/checkpoints.json", schedule)
+    assert [entry["sha256"] is None for entry in manifest["checkpoints"]] == [False, True]
+    with pytest.raises(CheckpointError, match=r"step_00000006\.pt: not the step 6 checkpoint"):
+        average_manifest(tmp_path / "train/checkpoints.json", None, tmp_path / "averaged.pt")

@@ -50,11 +50,15 @@ def test_off_grid_checkpoints_serve_resuming_only(tmp_path):
     assert manifest["checkpoint_dir"] == ".."
 
 
-def test_a_folder_average_refuses_unevenly_spaced_checkpoints_without_the_grid(tmp_path):
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_folder_average_refuses_unevenly_spaced_checkpoints_without_the_grid(tmp_path, k):
+    """Step 8 was saved off the grid by a stop request: any average that takes it, even of the
+    last one or two checkpoints, whose one spacing looks even, is refused without the grid."""
     for step in (3, 6, 8):
         save_checkpoint(_state(step), tmp_path / f"step_{step:08d}.pt")
     with pytest.raises(CheckpointError, match=r"steps \[3, 6, 8\], are not evenly spaced"):
-        average_last(tmp_path, 3, tmp_path / "averaged.pt")
+        average_last(tmp_path, k, tmp_path / "averaged.pt")
+    assert not (tmp_path / "averaged.pt").exists()
     state = average_last(tmp_path, 2, tmp_path / "averaged.pt", every_steps=3)
     assert state["averaged_steps"] == [3, 6]
 

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
 # A checkpoint, its marker and the temporary files they are written through.
 _WRITTEN_NAME = re.compile(r"^step_\d{8}\.pt(\.sha256)?(\.tmp)?$")
+_SHA256 = re.compile(rb"[0-9a-f]{64}")  # as hashlib's hexdigest writes it into a sidecar
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -57,6 +58,17 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 def sidecar_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
+
+
+def recorded_digest(path: Path) -> str | None:
+    """The sha256 that ``path``'s sidecar records, or None where it is missing, unreadable or
+    holds no sha256. Read as bytes: a sidecar is as untrusted as its checkpoint and may hold
+    anything."""
+    try:
+        fields = sidecar_path(path).read_bytes().split()
+    except OSError:
+        return None
+    return fields[0].decode() if fields and _SHA256.fullmatch(fields[0]) else None
 
 
 def checkpoint_step(path: Path) -> int:
@@ -120,14 +132,14 @@ def load_checkpoint(path: Path) -> dict:
     path = Path(path)
     try:
         payload = path.read_bytes()
-        expected = sidecar_path(path).read_text().split()
+        expected = sidecar_path(path).read_bytes().split()[:1]
     except FileNotFoundError as error:
         missing = ("it" if error.filename == str(path)
                    else f"its checksum file {sidecar_path(path).name}")
         raise CheckpointError(f"{path}: not a complete checkpoint ({missing} is missing)") from None
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read ({error.strerror})") from None
-    if not expected or hashlib.sha256(payload).hexdigest() != expected[0]:
+    if expected != [hashlib.sha256(payload).hexdigest().encode()]:
         raise CheckpointError(
             f"{path}: damaged ({len(payload)} bytes whose sha256 does not match "
             f"{sidecar_path(path).name})"
@@ -253,12 +265,8 @@ def write_manifest(path: Path, schedule: CheckpointSchedule) -> dict:
     (None for a checkpoint whose sidecar is missing: averaging then refuses it by name)."""
     entries = []
     for checkpoint in schedule.grid_checkpoints():
-        try:
-            digest = sidecar_path(checkpoint).read_text().split()[0]
-        except (OSError, IndexError):
-            digest = None
         entries.append({"file": checkpoint.name, "step": checkpoint_step(checkpoint),
-                        "sha256": digest})
+                        "sha256": recorded_digest(checkpoint)})
     manifest = {
         "version": MANIFEST_VERSION,
         "checkpoint_dir": os.path.relpath(schedule.directory, path.parent),
