@@ -2,14 +2,21 @@
 attention, plotted from a real checkpoint and sentencepiece model; bad choices are one-line
 errors."""
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pytest
+import sentencepiece
 import torch
 
 from reproduce.cli import main
 from reproduce.config import BpeConfig, ModelConfig
 from reproduce.data.bpe import train_sentencepiece
+from reproduce.decoding.translate import load_model
+from reproduce.figures import attention
 from reproduce.model.architectures import build_model
+from reproduce.model.inspection import attention_maps
 from reproduce.model.transformer import Transformer
+from reproduce.special_tokens import BOS, EOS
 from reproduce.training.checkpoints import save_checkpoint
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -62,6 +69,7 @@ def test_the_default_layer_is_the_last(model_files, tmp_path):
 
 @pytest.mark.parametrize(("sentences", "layers", "message"), [
     ("5", None, r"test\.src: has 2 lines; sentence indices \[5\] are out of range"),
+    ("2", None, r"test\.src: has 2 lines; sentence indices \[2\] are out of range"),
     ("0", "3", r"averaged\.pt: the model has layers 1\.\.2; got \[3\]"),
 ])
 def test_bad_choices_are_one_line_errors(model_files, tmp_path, sentences, layers, message):
@@ -93,3 +101,34 @@ def test_an_rnn_checkpoint_is_refused_in_one_line(model_files, tmp_path):
                                          r"attention heads to plot; Figures 3-5 need a "
                                          r"Transformer"):
         main(_arguments(tmp_path, spm, tmp_path / "figures"))
+
+
+def test_each_figure_is_its_own_layers_weights_with_queries_down_and_keys_across(model_files,
+                                                                                 tmp_path,
+                                                                                 monkeypatch):
+    """A figure titled layer L must show layer L's weights, and encoder-decoder attention must
+    put the target's pieces (queries) down the side and the source's (keys) across. A PNG cannot
+    be read back into weights, so the figures are kept as they are handed to be saved."""
+    folder, spm = model_files
+    shown = {}
+
+    def keep(figure, path):
+        shown[path.name] = figure
+
+    monkeypatch.setattr(attention, "save_figure", keep)
+    attention.plot_attention(folder / "averaged.pt", spm, folder / "test.src",
+                             folder / "test.txt", [0], [1, 2], tmp_path / "figures")
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    source = processor.encode("the cat sat on a mat") + [EOS]
+    target = [BOS] + processor.encode("a dog runs")
+    maps = attention_maps(load_model(folder / "averaged.pt"), torch.tensor([source]),
+                          torch.tensor([target]))
+    assert not torch.allclose(maps["cross"][0], maps["cross"][1])  # the layers can be told apart
+    for layer in (1, 2):
+        axes = shown[f"cross_sentence0_layer{layer}.png"].axes[0]  # head 1
+        np.testing.assert_allclose(axes.images[0].get_array(), maps["cross"][layer - 1][0][0])
+        assert [label.get_text() for label in axes.get_xticklabels()] == \
+            processor.id_to_piece(source[:-1]) + ["</s>"]
+        assert [label.get_text() for label in axes.get_yticklabels()] == \
+            ["<s>"] + processor.id_to_piece(target[1:])
+    plt.close("all")

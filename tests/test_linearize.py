@@ -44,6 +44,9 @@ WORDS = "the dog barks .".split()
     # A token that is not XX, (LABEL or )LABEL is dropped.
     ("(S (NP XX XX )NP junk (VP XX )VP ( XX )S", "(S (NP the dog) (VP barks) .)",
      {"unknown_token": 2}),
+    # ...and so is an opening or closing token whose label holds a bracket.
+    ("(S (NP XX XX )NP (VP) (VP XX )VP XX )) )S", "(S (NP the dog) (VP barks) .)",
+     {"unknown_token": 2}),
     # A closing token with nothing open is dropped.
     ("(S (NP XX XX )NP (VP XX )VP XX )S )S", "(S (NP the dog) (VP barks) .)",
      {"unmatched_close": 1}),
@@ -107,3 +110,23 @@ def _assert_well_formed(tree: Tree):
 def test_delinearize_needs_the_words():
     with pytest.raises(ValueError, match="no"):
         delinearize("(S XX )S", [])
+
+
+def test_a_bare_closing_bracket_closes_the_innermost_without_a_repair():
+    """A bare ``)`` is documented as closing the innermost constituent, whatever its label, and
+    as no repair: counting it as a label mismatch would inflate 'repaired sentences'."""
+    tree, counts = delinearize("(S (NP XX XX ) (VP XX ) XX )", WORDS)
+    assert _with_words_shown(tree) == "(S (NP the dog) (VP barks) .)"
+    assert dict(counts) == {}
+
+
+@pytest.mark.parametrize("sequence, repairs", [
+    ("XX", {"no_root": 1}),
+    ("", {"missing_words": 1, "no_root": 1}),
+])
+def test_an_output_of_one_bare_word_gets_a_top_root(sequence, repairs):
+    """A lone preterminal is no constituent: it must be wrapped in TOP (which EVALB deletes), so
+    that the tree handed to scoring always has a root above its words."""
+    tree, counts = delinearize(sequence, ["Go"])
+    assert tree == Tree("TOP", (Tree("XX", ("Go",)),))
+    assert dict(counts) == repairs

@@ -90,3 +90,23 @@ def test_unary_chains_left_by_empty_elements_stay():
 def test_a_tree_of_only_empty_elements_is_an_error():
     with pytest.raises(TreeError, match="no words once empty elements are removed"):
         clean_tree(read_trees("( (S (-NONE- *)) )", "t")[0])
+
+
+def test_wrappers_over_one_tree_go_and_a_wrapper_over_several_parts_stays():
+    """Only a wrapper over a single tree is dropped (every such wrapper): unwrapping one with
+    several parts would keep the first and silently lose the other words (and their brackets)
+    from training and F1."""
+    tree = read_trees("(TOP (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))", "t")[0]
+    cleaned = clean_tree(tree)
+    assert format_tree(cleaned) == "(TOP (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))"
+    assert leaves(cleaned) == ["the", "dog", "barks", "."]
+    # Wrappers over one tree go however many there are.
+    nested = read_trees("( (TOP (S (NP (DT the)) (VP (VBZ barks)))) )", "t")[0]
+    assert format_tree(clean_tree(nested)) == "(S (NP (DT the)) (VP (VBZ barks)))"
+
+
+def test_function_tags_are_stripped_from_pos_tags_too():
+    """The preprocessing strips function tags from every label, preterminals included (a tag
+    such as ``NN-HL``): an unstripped tag is another tag."""
+    tree = read_trees("(S (NP-SBJ (NN-HL Sales)) (VP (VBD rose)))", "t")[0]
+    assert format_tree(clean_tree(tree)) == "(S (NP (NN Sales)) (VP (VBD rose)))"

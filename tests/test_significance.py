@@ -13,6 +13,7 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
+from reproduce.provenance import trained_settings
 from reproduce.scoring.significance import (
     _corpus_bleu, _percentile_interval, _seed_draws, _sentence_draws, _sentence_statistics,
     compare_translations, two_level_bootstrap,
@@ -370,3 +371,51 @@ def test_table3_over_seeds_gives_their_number_mean_spread_and_what_the_interval_
     assert "trained with one seed: E_learned" in notes
     scores_table = pd.read_csv(tmp_path / "tables/scores.csv")
     assert list(scores_table.loc[scores_table["variant"] == "A_h1", "seed"]) == [1, 2]
+
+
+def test_seeds_of_unequal_number_are_an_unpaired_test_named_row_first(tested_results, systems,
+                                                                      tmp_path):
+    """A_h1 (perfect) trained with three seeds, base with two: the seed draws cannot be paired,
+    and the note must say so and give the row's seed count before the compared row's (3 vs 2);
+    a difference significant over seeds and sentences is marked with a bare ``*``."""
+    experiment = make_experiment(more_variants={
+        "base": {"table3_row": "base", "training": {"seed": [1, 2]}},
+        "A_h1": {"table3_row": "A", "model": {"heads": 1, "d_k": 64, "d_v": 64},
+                 "training": {"seed": [1, 2, 3]}}})
+    for variant, seed in (("base", 2), ("A_h1", 1), ("A_h1", 2), ("A_h1", 3)):
+        write_json(tested_results / "toy" / variant / f"seed-{seed}" / "bleu.json",
+                   {"dev": scores(50.0, 50.0, 2.0), "test": scores(50.0, 50.0, 2.0)})
+        _write_outputs(tested_results, variant, "dev", "last",
+                       systems["perfect" if variant == "A_h1" else "better"], seed=seed)
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    a_h1 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant").loc["A_h1"]
+    assert a_h1["Δ CI covers"] == "seeds (3 vs 2, unpaired) and sentences"
+    assert a_h1["ΔsacreBLEU vs base"] > 0 and a_h1["p < 0.05"] == "*"
+
+
+def test_a_stale_seeds_translations_are_left_out_of_the_test(tested_results, systems, tmp_path):
+    """A seed trained with settings since edited is another model: its (worse) translations must
+    not enter the difference, which is then that of the current seed alone against base."""
+    experiment = make_experiment(more_variants={
+        "A_h1": {"table3_row": "A", "model": {"heads": 1, "d_k": 64, "d_v": 64},
+                 "training": {"seed": [1, 2]}}})
+    stale = trained_settings(experiment.variant("A_h1", 2), experiment) | {"model.dropout": 0.3}
+    write_json(tested_results / "toy/A_h1/seed-2/train/summary.json", {"settings": stale})
+    _write_outputs(tested_results, "A_h1", "dev", "last", systems["baseline"], seed=2)
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    a_h1 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant").loc["A_h1"]
+    assert a_h1["ΔsacreBLEU vs base"] == 0.0  # seed 1 translates as base does
+    assert a_h1["Δ CI covers"].startswith("sentences only")
+
+
+def test_a_pair_is_not_tested_while_the_references_are_missing(tested_results, tmp_path):
+    """Rendering never waits for an input: without the dev references the Table 3 tests read
+    ``—`` (and Table 2's, on the test split, are still computed)."""
+    (tested_results / "toy/data/dev.ref").unlink()
+    experiment = make_experiment(table2={"base": "base", "big": "big", "rnn": "rnn"},
+                                 more_variants={"rnn": {"model": {"architecture": "rnn"}}})
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    table3 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant")
+    assert table3["ΔsacreBLEU vs base"].isna().all()
+    table2 = pd.read_csv(tmp_path / "tables/table2.csv").set_index("status")
+    assert table2.loc["ours: base", "ΔsacreBLEU vs rnn"] > 0

@@ -6,6 +6,7 @@ import pytest
 
 from reproduce.cli import main
 from reproduce.model.attention import band_mask
+from reproduce.tables import table1
 from reproduce.tables.table1 import ANALYTIC, band_entries, measure_table1
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -37,6 +38,14 @@ def test_counted_flops_equal_the_exact_formulas(measured):
     assert restricted["FLOPs counted"] == rows.loc[("Self-Attention", n), "FLOPs counted"]
     assert restricted["FLOPs formula"] == 8 * n * d * d + 4 * band_entries(n, 2) * d
     assert (measured["wall ms"] > 0).all()
+
+
+def test_wall_time_is_reported_in_milliseconds(monkeypatch):
+    """The column is "wall ms" and the timer gives seconds: a forward pass of 0.25 s must read
+    250. Wall time is not reproducible, so the timer's answer is fixed here."""
+    monkeypatch.setattr(table1, "wall_seconds", lambda layer, x, threads, min_run_time: 0.25)
+    measured = measure_table1(lengths=[4], d=16, kernel=3, radius=1)
+    assert measured["wall ms"].tolist() == [250.0] * 4
 
 
 @pytest.mark.parametrize(("n", "radius"), [(1, 0), (5, 1), (9, 2), (16, 2), (3, 7)])

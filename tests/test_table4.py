@@ -15,7 +15,7 @@ from reproduce.tables.render import render_tables
 from reproduce.tables.table4 import build_table4
 
 
-def make_parsing_experiment(table4: dict) -> Experiment:
+def make_parsing_experiment(table4: dict, base: dict | None = None) -> Experiment:
     source = {"name": "trees", "url": "file:trees.tgz", "format": "ptb", "source_member": "t.mrg"}
     return Experiment.model_validate({
         "name": "toy_parsing", "task": "parsing", "source_lang": "en", "target_lang": "tree",
@@ -26,7 +26,7 @@ def make_parsing_experiment(table4: dict) -> Experiment:
                      "average_last": 5},
         "decoding": {"beam_size": 21, "length_penalty": 0.3, "max_length_offset": 300},
         "tables": {"table4": table4},
-        "variants": {"base": {}, "wide": {"model": {"d_model": 128}}},
+        "variants": {"base": base or {}, "wide": {"model": {"d_model": 128}}},
     })
 
 
@@ -96,3 +96,31 @@ def test_render_writes_table4_and_the_dev_curve_for_a_parsing_experiment(results
     assert "COLLINS.prm" in markdown
     assert pd.read_csv(out / "table4.csv").shape[0] == len(paper_table4())
     assert not (out / "table2.md").exists()
+
+
+def test_the_parsing_scores_page_gives_each_metric_of_each_split(results, tmp_path):
+    """The scores page is where a parsing run's per-seed numbers are read: each column must hold
+    its own metric (exact match is not F1) of its own split."""
+    render_tables(make_parsing_experiment({"wsj_only": "base"}), results, tmp_path / "tables")
+    base = pd.read_csv(tmp_path / "tables/scores.csv").set_index("variant").loc["base"]
+    assert (base["F1 (dev)"], base["F1 (test)"]) == (88.0, 89.25)
+    assert pd.isna(base["exact match (dev)"]) and base["exact match (test)"] == 31.0
+    assert (base["PPL (dev)"], base["PPL (test)"]) == (1.5, 1.6)
+
+
+def test_our_row_over_seeds_is_ours_once_any_seed_is_scored(tmp_path):
+    """Seeds finish in any order: with seed 2 of seeds 1 and 2 scored, the row is ours with seed
+    2's F1 (``1 of 2``), not pending because seed 1 is; with both, F1 is their mean."""
+    experiment = make_parsing_experiment({"wsj_only": "base"}, {"training": {"seed": [1, 2]}})
+    root = tmp_path / "results" / "toy_parsing" / "base"
+    for seed in (1, 2):
+        settings = trained_settings(experiment.variant("base", seed), experiment)
+        write_json(root / f"seed-{seed}/train/summary.json",
+                   {"parameters": 2_500_000, "settings": settings})
+    write_json(root / "seed-2/f1.json", {"dev": {"f1": 88.0}, "test": {"f1": 90.0}})
+    row = build_table4(experiment, tmp_path / "results").set_index("status").loc["ours: base"]
+    assert (row["seeds"], row["F1 (test)"]) == ("1 of 2", 90.0)
+    write_json(root / "seed-1/f1.json", {"dev": {"f1": 86.0}, "test": {"f1": 89.0}})
+    row = build_table4(experiment, tmp_path / "results").set_index("status").loc["ours: base"]
+    assert (row["seeds"], row["F1 (test)"], row["F1 (dev)"]) == ("2", 89.5, 87.0)
+    assert row["F1 - paper"] == pytest.approx(89.5 - 91.3)

@@ -9,14 +9,16 @@ import pandas as pd
 import pytest
 
 from reproduce.config import Experiment
+from reproduce.errors import DataError, MissingInputError
 from reproduce.experiment_file import load_experiment
 from reproduce.provenance import trained_settings
+from reproduce.tables import paper
 from reproduce.tables.paper import paper_table2, paper_table3
 from reproduce.tables.plots import bleu_vs_parameters_figure, dev_perplexity_figure
 from reproduce.tables.render import render_tables
 from reproduce.gpu_peak_rates import peak_rate
 from reproduce.tables.outputs import TABLE_FILES
-from reproduce.tables.results import read_training
+from reproduce.tables.results import SeededResults, VariantResults, read_training
 from reproduce.tables.table2 import build_table2
 from reproduce.tables.table3 import build_table3
 
@@ -166,6 +168,7 @@ def test_table3_markdown_marks_missing_cells(results, tmp_path):
     assert rows["base"]["params x10^6"] == "2" and rows["base"]["P_drop"] == "0.1"
     assert rows["A_h1"]["BLEU (dev)"] == "—" and rows["A_h1"]["paper params x10^6"] == "—"
     assert rows["big"]["PPL (dev)"] == "—" and rows["big"]["paper PPL"] == "4.33"
+    assert "(shared 500-piece vocabulary)" in "\n".join(lines)  # bpe.vocab_size
 
 
 def test_table2_computes_the_difference_and_the_training_cost(results, tmp_path):
@@ -214,10 +217,14 @@ def test_table2_follows_the_paper_language_pair_and_the_variant_mapping(results,
     ours = table.loc["Transformer (base model)"]
     assert ours["paper BLEU"] == 38.1 and ours["status"] == "pending: trained, not scored (A_h1)"
     assert pd.isna(ours["FLOPs (GPU-hours x rate)"])  # a CPU run has no GPU time
+    assert pd.isna(ours["rate basis"])  # ...and so no rate to look up, not an "unknown" GPU
     assert ours["FLOPs (exact count)"] == 3_100_000_000
     # big is not mapped: the paper's big row is cited like the other systems.
     assert table.loc["Transformer (big)", "status"] == "cited, not reproduced"
     assert table.loc["Deep-Att + PosUnk", "paper BLEU"] == 39.2
+    # The paper's training cost of the same language pair (EN-FR), not EN-DE's.
+    assert table.loc["ConvS2S", "paper FLOPs"] == 1.5e20
+    assert table.loc["Deep-Att + PosUnk", "paper FLOPs"] == 1.0e20
     assert "ByteNet" not in table.index  # no EN-FR number
 
 
@@ -429,3 +436,87 @@ def test_table2_configured_rate_overrides_the_lookup(tmp_path):
     row = _cost_row(tmp_path, "NVIDIA GeForce RTX 4090", rate_override=9.5e12)
     assert row["rate basis"] == "tables.gpu_flops_per_second"
     assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(3.0 * 3600 * 9.5e12)
+
+
+def _seeded_summary(experiment: Experiment, variant: str, seed: int, **figures) -> dict:
+    """A summary of ``variant``'s training with ``seed``: its settings (which name the seed)."""
+    return {"settings": trained_settings(experiment.variant(variant, seed), experiment)} | figures
+
+
+def test_tables_over_seeds_give_the_mean_and_spread_of_each_metric_on_their_own_split(tmp_path):
+    """Table 2 reports the test split (averaged weights), Table 3 the dev split (last weights):
+    each min–max column must be the spread of its own metric on its table's split, not the
+    other split's or the other BLEU's. In Table 2 the device is the first seed's, and a summary
+    that records no world size has no "N x" prefix."""
+    experiment = make_experiment(more_variants={"base": {"table3_row": "base",
+                                                         "training": {"seed": [1, 2]}}})
+    root = tmp_path / "results/toy/base"
+    trainings = ((1, "NVIDIA H100", scores(20.0, 19.0, 5.0), scores(10.0, 9.0, 6.0)),
+                 (2, "NVIDIA A100-SXM4-80GB", scores(24.0, 22.0, 4.0), scores(30.0, 29.0, 3.0)))
+    for seed, device, test, dev in trainings:
+        write_json(root / f"seed-{seed}/train/summary.json", _seeded_summary(
+            experiment, "base", seed, parameters=2_000_000, gpu_hours=float(seed), device=device))
+        write_json(root / f"seed-{seed}/bleu.json", {"dev": dev, "test": test})
+    row = build_table2(experiment, tmp_path / "results").set_index("model").loc[
+        "Transformer (base model)"]
+    assert (str(row["seeds"]), row["BLEU (tokenized)"], row["sacreBLEU"]) == ("2", 22.0, 20.5)
+    assert row["BLEU (tokenized) min–max"] == "20.00–24.00"
+    assert row["sacreBLEU min–max"] == "19.00–22.00"
+    assert row["BLEU - paper"] == pytest.approx(22.0 - 27.3)
+    assert row["GPU-hours"] == 1.5  # the mean cost of one training
+    assert row["device"] == "NVIDIA H100"
+    base = build_table3(experiment, tmp_path / "results").set_index("variant").loc["base"]
+    assert (base["BLEU (dev)"], base["sacreBLEU (dev)"], base["PPL (dev)"]) == (20.0, 19.0, 4.5)
+    assert base["BLEU (dev) min–max"] == "10.00–30.00"
+    assert base["sacreBLEU (dev) min–max"] == "9.00–29.00"
+
+
+def test_a_row_with_a_seed_still_missing_says_how_many_seeds_its_numbers_average(tmp_path):
+    """While one of two seeds is scored the row's number is that seed's alone: the seeds column
+    must say ``1 of 2`` (scored of planned) and the status must give each seed's state."""
+    experiment = make_experiment(more_variants={"base": {"table3_row": "base",
+                                                         "training": {"seed": [1, 2]}}})
+    root = tmp_path / "results/toy/base"
+    for seed in (1, 2):
+        write_json(root / f"seed-{seed}/train/summary.json",
+                   _seeded_summary(experiment, "base", seed, parameters=2_000_000))
+    write_json(root / "seed-1/bleu.json", {"dev": scores(21.0, 20.0, 6.0),
+                                           "test": scores(23.0, 22.0, 5.0)})
+    base = build_table3(experiment, tmp_path / "results").set_index("variant").loc["base"]
+    assert base["seeds"] == "1 of 2"
+    assert base["status"] == "seed 1: scored; seed 2: pending: trained, not scored"
+    assert (base["BLEU (dev)"], base["BLEU (dev) min–max"]) == (21.0, "1 seed")
+
+
+def test_a_seed_whose_summary_lacks_a_figure_does_not_blank_the_others():
+    """A summary written before a figure was recorded (None) must not hide the figure of the
+    seeds that have it; a text value that differs between seeds is the first seed's."""
+    older = VariantResults(summary={"device": "NVIDIA H100"}, scores=None, dev_curve=[])
+    newer = VariantResults(summary={"device": "NVIDIA A100", "training_flops": 5e9},
+                           scores=None, dev_curve=[])
+    seeded = SeededResults({1: older, 2: newer})
+    assert seeded.trained("training_flops") == 5e9
+    assert seeded.trained("device") == "NVIDIA H100"
+
+
+def test_table3_shows_each_variants_own_d_k_d_v_and_label_smoothing(results, tmp_path):
+    """Rows (B) change d_k alone and (D) the label smoothing alone: each column must show its
+    own hyper-parameter, not a neighbour that happens to be equal in the base model."""
+    experiment = make_experiment(more_variants={
+        "B_dk8": {"table3_row": "B", "model": {"d_k": 8}},
+        "D_ls0": {"table3_row": "D", "model": {"label_smoothing": 0.0}}})
+    table = build_table3(experiment, results).set_index("variant")
+    assert (table.loc["B_dk8", "d_k"], table.loc["B_dk8", "d_v"]) == (8, 16)
+    assert (table.loc["D_ls0", "eps_ls"], table.loc["D_ls0", "P_drop"]) == (0.0, 0.1)
+
+
+def test_a_paper_numbers_file_with_other_columns_is_refused(tmp_path, monkeypatch):
+    """The paper's numbers are read by column name into fixed table columns: a file whose
+    columns are reordered or renamed would put its numbers under the wrong heading, so it is an
+    error naming the file; a missing file says the installation lacks it."""
+    monkeypatch.setattr(paper, "PAPER_NUMBERS", tmp_path)
+    (tmp_path / "table4.csv").write_text("parser,f1,training\nTransformer (4 layers),91.3,WSJ\n")
+    with pytest.raises(DataError, match=r"table4\.csv: expected columns \['parser', 'training'"):
+        paper.paper_table4()
+    with pytest.raises(MissingInputError, match=r"table2\.csv: the paper's numbers are missing"):
+        paper.paper_table2()
