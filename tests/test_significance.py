@@ -419,3 +419,23 @@ def test_a_pair_is_not_tested_while_the_references_are_missing(tested_results, t
     assert table3["ΔsacreBLEU vs base"].isna().all()
     table2 = pd.read_csv(tmp_path / "tables/table2.csv").set_index("status")
     assert table2.loc["ours: base", "ΔsacreBLEU vs rnn"] > 0
+
+
+def test_a_seed_decoded_but_not_yet_scored_stays_out_of_the_difference(tested_results, systems,
+                                                                        tmp_path):
+    """The tested difference is that of the row's sacreBLEU column, which averages the scored
+    seeds: a seed whose translations are written but whose scores are not yet (a tables snapshot
+    while the pipeline runs) is left out of both, until it is scored."""
+    experiment = make_experiment(more_variants={
+        "A_h1": {"table3_row": "A", "model": {"heads": 1, "d_k": 64, "d_v": 64},
+                 "training": {"seed": [1, 2]}}})
+    _write_outputs(tested_results, "A_h1", "dev", "last", systems["baseline"], seed=2)
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    a_h1 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant").loc["A_h1"]
+    assert a_h1["seeds"] == "1 of 2"
+    assert a_h1["ΔsacreBLEU vs base"] == 0.0  # seed 1 translates as base does
+    write_json(tested_results / "toy/A_h1/seed-2/bleu.json",
+               {"dev": scores(40.0, 40.0, 3.0), "test": scores(40.0, 40.0, 3.0)})
+    render_tables(experiment, tested_results, tmp_path / "tables")
+    a_h1 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant").loc["A_h1"]
+    assert a_h1["seeds"] == 2 and a_h1["ΔsacreBLEU vs base"] < 0  # seed 2 translates worse

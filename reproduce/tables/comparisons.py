@@ -14,9 +14,9 @@ difference of that column's sacreBLEU, averaged over seeds:
 The files read are ``{results}/{dataset}/{variant}/seed-{n}/translations/{split}.{weights}.txt``
 for each seed of each side (written by the ``decode`` rule) and
 ``{results}/{dataset}/data/{split}.ref`` (``references``); :func:`compared_files` lists them for
-the rule that renders the tables to declare as inputs. A side is tested with the seeds whose
-translations are there and whose training is not stale; a pair with a side without any is not
-tested (its cells read ``—``).
+the rule that renders the tables to declare as inputs. A side is tested with the seeds that
+its row's BLEU columns average (scored, and not stale) whose translations are there; a pair with
+a side without any is not tested (its cells read ``—``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from reproduce.scoring.bleu import _read_lines
 from reproduce.scoring.significance import (
     ALPHA, RESAMPLES, SEED, Comparison, compare_translations,
 )
-from reproduce.tables.results import read_training, training_dir
+from reproduce.tables.results import read_variant, training_dir
 
 TABLE3_OUTPUTS = ("dev", "last")
 TABLE2_OUTPUTS = ("test", "averaged")
@@ -96,12 +96,13 @@ def compared_files(experiment: Experiment, results_dir: Path | str) -> list[str]
 
 def _side(results_dir: Path, experiment: Experiment, variant: str,
           pair: Pair) -> dict[int, list[str]]:
-    """Seed -> translations, for the seeds decoded and trained with the settings the experiment
-    file gives now (a stale seed's translations are another model's)."""
+    """Seed -> translations, for the seeds scored with the settings the experiment file gives
+    now (a stale seed's translations are another model's; one decoded but not yet scored is not
+    in the row's sacreBLEU, whose difference is the one tested)."""
+    scored = read_variant(results_dir, experiment, variant).scored
     return {seed: _read_lines(path)
             for seed, path in _side_files(results_dir, experiment, variant, pair).items()
-            if path.exists()
-            and not read_training(results_dir, experiment, variant, seed).stale}
+            if seed in scored and path.exists()}
 
 
 def compare(experiment: Experiment, results_dir: Path, pair: Pair) -> Comparison | None:
