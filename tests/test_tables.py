@@ -446,8 +446,8 @@ def _seeded_summary(experiment: Experiment, variant: str, seed: int, **figures) 
 def test_tables_over_seeds_give_the_mean_and_spread_of_each_metric_on_their_own_split(tmp_path):
     """Table 2 reports the test split (averaged weights), Table 3 the dev split (last weights):
     each min–max column must be the spread of its own metric on its table's split, not the
-    other split's or the other BLEU's. In Table 2 the device is the first seed's, and a summary
-    that records no world size has no "N x" prefix."""
+    other split's or the other BLEU's. In Table 2 the device names each seed's GPU, and a
+    summary that records no world size has no "N x" prefix."""
     experiment = make_experiment(more_variants={"base": {"table3_row": "base",
                                                          "training": {"seed": [1, 2]}}})
     root = tmp_path / "results/toy/base"
@@ -464,7 +464,7 @@ def test_tables_over_seeds_give_the_mean_and_spread_of_each_metric_on_their_own_
     assert row["sacreBLEU min–max"] == "19.00–22.00"
     assert row["BLEU - paper"] == pytest.approx(22.0 - 27.3)
     assert row["GPU-hours"] == 1.5  # the mean cost of one training
-    assert row["device"] == "NVIDIA H100"
+    assert row["device"] == "NVIDIA H100; NVIDIA A100-SXM4-80GB"
     base = build_table3(experiment, tmp_path / "results").set_index("variant").loc["base"]
     assert (base["BLEU (dev)"], base["sacreBLEU (dev)"], base["PPL (dev)"]) == (20.0, 19.0, 4.5)
     assert base["BLEU (dev) min–max"] == "10.00–30.00"
@@ -520,3 +520,25 @@ def test_a_paper_numbers_file_with_other_columns_is_refused(tmp_path, monkeypatc
         paper.paper_table4()
     with pytest.raises(MissingInputError, match=r"table2\.csv: the paper's numbers are missing"):
         paper.paper_table2()
+
+
+def test_seeds_trained_on_other_gpus_each_count_at_their_own_gpus_rate(tmp_path):
+    """Seeds of one row may land on other GPUs, in other numbers: the device names each (never
+    "1.5 x" a GPU) and the paper-style estimate is the mean of each seed's GPU-hours times its
+    own GPU's peak, not the mean GPU-hours times the first seed's."""
+    experiment = make_experiment(more_variants={"base": {"training": {"seed": [1, 2]}}})
+    root = tmp_path / "results/toy/base"
+    for seed, world, device, hours in ((1, 1, "NVIDIA H100 80GB HBM3", 2.0),
+                                       (2, 2, "NVIDIA A100-SXM4-80GB", 4.0)):
+        write_json(root / f"seed-{seed}/train/summary.json", _seeded_summary(
+            experiment, "base", seed, parameters=10, gpu_hours=hours, world_size=world,
+            device=device, precision="bf16"))
+    row = build_table2(experiment, tmp_path / "results").set_index("model").loc[
+        "Transformer (base model)"]
+    assert row["device"] == "1 x NVIDIA H100 80GB HBM3; 2 x NVIDIA A100-SXM4-80GB"
+    assert row["rate basis"] == "H100 SXM, bf16 peak; A100, bf16 peak"
+    assert pd.isna(row["peak FLOPs/s per GPU"])  # no one rate
+    assert row["FLOPs (GPU-hours x rate)"] == pytest.approx(
+        (2.0 * 3600 * 989e12 + 4.0 * 3600 * 312e12) / 2)
+    assert row["GPU-hours"] == 3.0
+

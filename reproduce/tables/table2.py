@@ -26,7 +26,7 @@ from reproduce.tables.comparisons import (
     compare, interval_text, noise_covered, significance_notes, table2_pairs,
 )
 from reproduce.tables.paper import paper_table2
-from reproduce.tables.results import SeededResults, read_variant, spread_text
+from reproduce.tables.results import SeededResults, VariantResults, read_variant, spread_text
 
 CITED = "cited, not reproduced"
 # Paired bootstrap tests of our rows against these Table 2 roles (tables.table2).
@@ -51,21 +51,53 @@ def paper_style_flops(gpu_hours: float | None,
     return gpu_hours * 3600 * gpu_flops_per_second
 
 
-def _rate(experiment: Experiment, variant: str,
-          results: SeededResults) -> tuple[str | None, float | None]:
-    """What the paper-style estimate multiplies by, and how it was chosen."""
-    device, gpu_hours = results.trained("device"), results.trained("gpu_hours")
+def _seed_rate(experiment: Experiment, variant: str,
+               one: VariantResults) -> tuple[str | None, float | None]:
+    """What the paper-style estimate of one training multiplies by, and how it was chosen."""
+    device, gpu_hours = one.trained("device"), one.trained("gpu_hours")
     if not gpu_hours:
         return None, None
     if experiment.tables.gpu_flops_per_second is not None:
         return "tables.gpu_flops_per_second", experiment.tables.gpu_flops_per_second
     # What the run computed in (training.precision resolved on its GPU; summaries written
     # before the record: the configured precision, then never auto).
-    precision = results.trained("precision") or experiment.variant(variant).training.precision
+    precision = one.trained("precision") or experiment.variant(variant).training.precision
     known = peak_rate(device, precision)
     if known is None:
         return f"unknown: {device}, {precision}", None
     return f"{known.gpu}, {known.precision} peak", known.flops_per_second
+
+
+def _cost(experiment: Experiment, variant: str, results: SeededResults) -> dict:
+    """The paper-style estimate of one training: the mean over the trained seeds of each seed's
+    GPU-hours at its own GPU's rate, since seeds may run on other GPUs. The basis names each
+    distinct one, the rate column holds the rate every seed shares (else nothing), and a seed
+    without an estimate leaves none for the row."""
+    seeds = list(results.trained_seeds.values())
+    rates = [_seed_rate(experiment, variant, one) for one in seeds]
+    estimates = [paper_style_flops(one.trained("gpu_hours"), rate)
+                 for one, (_, rate) in zip(seeds, rates, strict=True)]
+    shared = {rate for _, rate in rates}
+    return {
+        "rate basis": _distinct(basis for basis, _ in rates),
+        "peak FLOPs/s per GPU": shared.pop() if len(shared) == 1 else None,
+        "FLOPs (GPU-hours x rate)": (sum(estimates) / len(estimates)
+                                     if estimates and None not in estimates else None),
+    }
+
+
+def _hardware(results: SeededResults) -> str | None:
+    """``N x device`` of the trained seeds: each distinct one, not a mean of GPU counts."""
+    texts = []
+    for one in results.trained_seeds.values():
+        device, world = one.trained("device"), one.trained("world_size")
+        texts.append(f"{world} x {device}" if device is not None and world else device)
+    return _distinct(texts)
+
+
+def _distinct(texts) -> str | None:
+    """The distinct texts among ``texts`` in their order, ``; `` between; None for none."""
+    return "; ".join(dict.fromkeys(text for text in texts if text is not None)) or None
 
 
 def _difference(ours: float | None, paper: float) -> float | None:
@@ -77,14 +109,10 @@ def _our_row(experiment: Experiment, variant: str, results: SeededResults,
     ours = results.test("tokenized_bleu")
     gpu_hours = results.trained("gpu_hours")
     status = f"ours: {variant}" if results.scores is not None else f"{results.status} ({variant})"
-    device = results.trained("device")
-    if device is not None and results.trained("world_size"):
-        device = f"{results.trained('world_size')} x {device}"
-    rate_basis, rate = _rate(experiment, variant, results)
     return {
         "status": status,
         "seeds": results.seeds_text,
-        "device": device,
+        "device": _hardware(results),
         "BLEU (tokenized)": ours,
         "BLEU (tokenized) min–max": spread_text(results.test_values("tokenized_bleu")),
         "sacreBLEU": results.test("sacrebleu"),
@@ -92,9 +120,7 @@ def _our_row(experiment: Experiment, variant: str, results: SeededResults,
         "paper BLEU": paper_bleu,
         "BLEU - paper": _difference(ours, paper_bleu),
         "GPU-hours": gpu_hours,
-        "rate basis": rate_basis,
-        "peak FLOPs/s per GPU": rate,
-        "FLOPs (GPU-hours x rate)": paper_style_flops(gpu_hours, rate),
+        **_cost(experiment, variant, results),
         "FLOPs (exact count)": results.trained("training_flops"),
         "paper FLOPs": paper_flops,
     }
@@ -201,8 +227,9 @@ def table2_caption(experiment: Experiment, results_dir: Path) -> tuple[str, str,
         *_significance_notes(experiment),
         "FLOPs (GPU-hours x rate): the paper's estimate, GPU-hours x 3600 s x a rate per GPU. "
         "The paper used 9.5e12 FLOP/s for its P100s; we use the datasheet peak of the GPU that "
-        "ran (rate basis), at its training precision: fp32 = the FP32 peak without tensor cores, "
-        "bf16 = the dense BF16 tensor-core peak; tables.gpu_flops_per_second, when set, "
+        "ran (rate basis; each seed's own), at its training precision: fp32 = the FP32 peak "
+        "without tensor cores, bf16 = the dense BF16 tensor-core peak; "
+        "tables.gpu_flops_per_second, when set, "
         "overrides it. — for runs without GPU time, and for a GPU/precision not in "
         "reproduce/gpu_peak_rates.py (rate basis says 'unknown'; set "
         "tables.gpu_flops_per_second to estimate it).",
