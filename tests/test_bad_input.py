@@ -347,7 +347,7 @@ CASES = [
     ("train-bpe-empty-input", "train-bpe",
      lambda w: ["--experiment", w.experiment, "--source", _lines(w, "empty.src", 0),
                 "--target", _lines(w, "empty.tgt", 0), "--model-prefix", w.root / "bpe/spm"],
-     ["empty.src", "empty"]),
+     ["empty.src: empty; the vocabulary is trained on the prepared train split"]),
     ("train-bpe-vocabulary-below-characters", "train-bpe",
      lambda w: ["--experiment", _bad_experiment(w, lambda raw: raw["bpe"].update(vocab_size=100)),
                 "--source", _many_characters(w), "--target", _many_characters(w),
@@ -356,6 +356,9 @@ CASES = [
     ("train-empty-train-split", "train",
      lambda w: _train(w, **{"--train-data": _encoded_with_vocabulary(w, 120, pairs=0)}),
      ["encoded-120-0", "train split holds no sentence pair"]),
+    ("train-empty-dev-split", "train",
+     lambda w: _train(w, **{"--dev-data": _encoded_with_vocabulary(w, 120, pairs=0)}),
+     ["encoded-120-0", "the encoded dev split holds no sentence pair"]),
     ("train-model-too-large-for-memory", "train",
      lambda w: _train(w, **{"--experiment": _bad_experiment(
          w, lambda raw: raw["model"].update(d_model=32768, d_ff=2**24))}),

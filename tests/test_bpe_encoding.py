@@ -1,7 +1,9 @@
 """Sentencepiece training and the binarized corpus format."""
 
 import numpy as np
+import pytest
 import sentencepiece
+from sentencepiece import sentencepiece_model_pb2
 
 from reproduce.config import BpeConfig
 from reproduce.data.bpe import encode_split, train_sentencepiece
@@ -54,3 +56,25 @@ def test_ids_stay_16_bit_exactly_while_the_largest_id_fits_in_16_bits():
     65536, which uint16 would wrap to 0 (PAD)."""
     assert token_dtype(65536) == np.uint16
     assert token_dtype(65537) == np.int32
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_sentencepiece_trains_with_the_configured_settings_on_both_sides(tmp_path, model_type):
+    """The model records the settings it was trained with: every one must be the configuration's
+    (a BPE vocabulary of its size and coverage, sampled as configured), trained on the source
+    and the target file together, which is what makes the vocabulary shared (section 5.1)."""
+    pairs = generate_corpus(2000, 0, 0, seed=5)["train"]
+    src, tgt = _write_corpus(tmp_path, pairs)
+    config = BpeConfig(vocab_size=300, model_type=model_type, character_coverage=0.9995,
+                       input_sentence_size=1500, seed=3)
+    model = train_sentencepiece(src, tgt, config, tmp_path / "bpe" / "spm")
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.read_bytes())
+    spec = proto.trainer_spec
+    assert list(spec.input) == [str(src), str(tgt)]
+    assert spec.model_type == {"bpe": spec.BPE, "unigram": spec.UNIGRAM}[model_type]
+    assert spec.vocab_size == 300 and len(proto.pieces) == 300
+    assert spec.character_coverage == pytest.approx(0.9995)
+    assert spec.input_sentence_size == 1500 and spec.shuffle_input_sentence
+    # Both files in place under the prefix asked for, no temporary one left beside them.
+    assert sorted(path.name for path in model.parent.iterdir()) == ["spm.model", "spm.vocab"]

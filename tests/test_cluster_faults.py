@@ -26,6 +26,7 @@ from reproduce.experiment_file import load_experiment
 from reproduce.errors import ConfigError
 from reproduce.training.checkpoints import (checkpoint_step, list_checkpoints, load_checkpoint,
                                             sidecar_path)
+from reproduce.training import distributed
 from reproduce.training.distributed import TIMEOUT_VARIABLE, collective_timeout
 from reproduce.training.interruption import (STOP_WITH, Interruption, WatchedProcess,
                                              process_to_stop_with)
@@ -405,6 +406,31 @@ def test_the_collective_timeout_is_bounded_by_default(monkeypatch):
     assert collective_timeout() == timedelta(minutes=5)
     monkeypatch.setenv(TIMEOUT_VARIABLE, "2.5")
     assert collective_timeout() == timedelta(seconds=2.5)
+
+
+@pytest.mark.parametrize("ranks_on_the_node, expected", [(None, "nccl"), ("2", "nccl"),
+                                                       ("3", "gloo")])
+def test_nccl_only_when_every_rank_of_the_node_has_a_gpu_of_its_own(monkeypatch,
+                                                                    ranks_on_the_node, expected):
+    """NCCL cannot run two ranks on one GPU: three ranks on a node of two GPUs share them
+    round-robin and must talk through gloo; two ranks, or one, have a GPU each."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    if ranks_on_the_node is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks_on_the_node)
+    assert distributed.backend() == expected
+
+
+def test_a_gloo_transport_error_of_a_single_process_is_not_taken_for_a_lost_peer():
+    """Alone, a process has no peer to lose: gloo's error is raised as it is, not reported as
+    another rank's end (which would send the reader to logs of ranks that never existed)."""
+    gloo = ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            "[127.0.0.1]:29500")
+    with pytest.raises(RuntimeError, match=re.escape(gloo)):
+        with distributed.peer_loss_named():
+            raise RuntimeError(gloo)
 
 
 def test_a_watched_process_ends_when_reaped_as_a_zombie_or_with_its_pid_reused():

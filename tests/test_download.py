@@ -72,8 +72,7 @@ def test_a_checksum_mismatch_names_both_hashes_and_keeps_the_file_aside(archive,
         message = str(error.value)
         assert wrong in message and digest in message and path.name in message
         name = file_name(_source(f"{url}/{path.name}", wrong))
-        assert (tmp_path / "d" / f"{name}.corrupt").exists()
-        assert not (tmp_path / "d" / name).exists()
+        assert _files(tmp_path / "d") == [f"{name}.corrupt"]  # no .part, no stale validator
         # The corrupt file is never reused: the next attempt downloads again.
         with pytest.raises(DownloadError):
             download_source(_source(f"{url}/{path.name}", wrong), tmp_path / "d")
@@ -200,3 +199,82 @@ def test_wmt14_sources_use_https():
         data = load_experiment(ROOT / f"configs/{name}.yaml").data
         assert all(source.url.startswith("https://")
                    for source in data.train + data.dev + data.test)
+
+
+def test_a_downloaded_file_that_no_longer_matches_its_checksum_is_fetched_again(archive, tmp_path):
+    """A file already in place is reused only once it verifies: one damaged since (a disk error,
+    an edit) must never be handed on as the verified download."""
+    path, digest = archive
+    source = _source(f"file://{path}", digest)
+    target = tmp_path / "d" / file_name(source)
+    target.parent.mkdir()
+    target.write_bytes(b"damaged since it was downloaded")
+    got = download_source(source, tmp_path / "d")
+    assert got == target and got.read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_too_many_requests_and_every_server_error_are_retried(archive, tmp_path, status):
+    """429 (rate limited) and every 5xx, 500 as 503, are transient: mirrors answer them under
+    load, and the download must wait and try again, not fail the pipeline."""
+    path, digest = archive
+    with serving(path.parent, fail_first=1, fail_status=status) as (url, server):
+        got = download_source(_source(f"{url}/{path.name}", digest), tmp_path / "d",
+                              backoff_seconds=0.01)
+    assert got.read_bytes() == path.read_bytes() and len(server.seen) == 2
+
+
+def _interrupted(path, url, folder):
+    """Leave ``folder`` with the ``.part`` (half the file) and validator of a cut-off download."""
+    with pytest.raises(DownloadError, match=r"received \d+ of \d+ bytes"):
+        download_source(_source(f"{url}/{path.name}"), folder, attempts=1)
+    return folder / (file_name(_source(f"{url}/{path.name}")) + ".part")
+
+
+def test_a_part_that_already_holds_the_whole_file_is_taken_without_downloading_again(archive,
+                                                                                     tmp_path):
+    """A resume of a complete ``.part`` is answered 416 with the file's size: the ``.part`` is
+    the file when, and only when, its size is that size."""
+    path, _ = archive
+    with serving(path.parent, truncate_first=True) as (url, server):
+        partial = _interrupted(path, url, tmp_path / "d")
+        partial.write_bytes(path.read_bytes())
+        got = download_source(_source(f"{url}/{path.name}"), tmp_path / "d")
+    assert got.read_bytes() == path.read_bytes()
+    assert server.seen[-1]["range"] == f"bytes={path.stat().st_size}-" and len(server.seen) == 2
+
+
+def test_a_part_longer_than_the_file_is_discarded_and_the_file_fetched_whole(archive, tmp_path):
+    """A 416 whose size is not the ``.part``'s says the ``.part`` is not the file: taking it
+    for whole would hand on a file with bytes that are not the server's (no checksum declared
+    to catch it)."""
+    path, _ = archive
+    with serving(path.parent, truncate_first=True) as (url, server):
+        partial = _interrupted(path, url, tmp_path / "d")
+        partial.write_bytes(path.read_bytes() + b"bytes past the end")
+        got = download_source(_source(f"{url}/{path.name}"), tmp_path / "d", backoff_seconds=0.01)
+    assert got.read_bytes() == path.read_bytes()
+    size = path.stat().st_size
+    assert [seen["range"] for seen in server.seen] == [None, f"bytes={size + 18}-", None]
+
+
+def test_a_server_without_etag_is_resumed_on_its_last_modified_date(archive, tmp_path):
+    """``Last-Modified`` is the validator of servers that send no ``ETag``: kept, it lets an
+    interrupted download resume instead of starting over."""
+    path, _ = archive
+    with serving(path.parent, truncate_first=True, last_modified_only=True) as (url, server):
+        got = download_source(_source(f"{url}/{path.name}"), tmp_path / "d", backoff_seconds=0.01)
+    assert got.read_bytes() == path.read_bytes()
+    assert server.seen[1]["range"] == f"bytes={path.stat().st_size // 2}-"
+    assert server.seen[1]["if_range"].endswith(" GMT")
+
+
+def test_relative_file_urls_are_read_from_the_working_folder(archive, tmp_path, monkeypatch):
+    """``file:configs/data/...``, as the tiny experiments name their corpora, is a path relative
+    to the folder the pipeline runs in, copied and verified as any download."""
+    path, digest = archive
+    monkeypatch.chdir(path.parent.parent)
+    got = download_source(_source(f"file:{path.parent.name}/{path.name}", digest), tmp_path / "d")
+    assert got.read_bytes() == path.read_bytes()
+    with pytest.raises(DownloadError, match=r"file:served/nothere\.tgz: no such file "):
+        download_source(_source("file:served/nothere.tgz", digest), tmp_path / "d")

@@ -141,3 +141,54 @@ def test_every_download_error_names_the_url_without_its_credentials(failure, arc
             message = _failure(source, tmp_path / "d", **options)
     assert message.startswith(f"{url}/{name}: ") and expected in message
     assert SECRET not in message + caplog.text
+
+
+def test_a_resumed_download_is_held_to_the_minimum_rate_from_its_first_new_byte(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
+    """The rate counts the bytes this attempt received, not the ``.part`` it resumed: else a
+    large ``.part`` would let a server that falls silent hold the download until its deadline."""
+    path, digest = archive
+    with serving(path.parent, truncate_first=True) as (url, server):
+        source = _source(f"{url}/{path.name}", digest)
+        _failure(source, tmp_path / "d", attempts=1)  # half the file kept in the .part
+        kept = (tmp_path / "d" / (file_name(source) + ".part")).stat().st_size
+        assert kept > 100 * 0.3  # more than a whole window's worth at the minimum rate
+        server.trickle = 30  # one byte, then 30 s of silence
+        message = _failure(source, tmp_path / "d", attempts=1, limits=SLOW_IS_100_BYTES_A_SECOND)
+    assert server.seen[1]["range"] == f"bytes={kept}-"
+    assert "slower than 100 bytes/s over 0.3 s" in message
+
+
+def test_percent_encoded_credentials_are_sent_decoded(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
+    """A URL can carry ``@``, ``:`` or ``/`` in a password only percent-encoded; the server must
+    receive the password itself, or it refuses every attempt."""
+    path, digest = archive
+    with serving(path.parent) as (url, server):
+        source = _source(url.replace("http://", "http://us%3Aer:p%40ss%2Fword@") + f"/{path.name}",
+                         digest)
+        download_source(source, tmp_path / "d")
+    token = base64.b64encode(b"us:er:p@ss/word").decode()
+    assert [request["authorization"] for request in server.seen] == [f"Basic {token}"]
+
+
+def test_a_token_as_the_only_credential_is_sent_as_basic_authentication(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
+    """``https://<token>@host/...`` names a user and no password: the token still travels as
+    Basic authentication, never left in the URL where urllib takes it for part of the host."""
+    path, digest = archive
+    with serving(path.parent) as (url, server):
+        got = download_source(_source(url.replace("http://", f"http://{SECRET}@") + f"/{path.name}",
+                                      digest), tmp_path / "d")
+    assert got.read_bytes() == path.read_bytes()
+    token = base64.b64encode(f"{SECRET}:".encode()).decode()
+    assert [request["authorization"] for request in server.seen] == [f"Basic {token}"]
+
+
+def test_a_silent_server_is_given_up_by_the_rate_window_well_before_the_deadline(archive, tmp_path):  # noqa: F811 (archive: the imported fixture)
+    """A read waits one rate window, not the minute a read may take at most: a server that
+    falls silent fails the minimum rate long before the deadline would end the download."""
+    path, digest = archive
+    limits = DownloadLimits(deadline_minutes=10 / 60, min_rate_bytes_per_second=100,
+                            min_rate_window_seconds=0.3)
+    with serving(path.parent, trickle=120) as (url, _):  # one byte, then two minutes of silence
+        message = _failure(_source(f"{url}/{path.name}", digest), tmp_path / "d", attempts=1,
+                           limits=limits)
+    assert "slower than 100 bytes/s over 0.3 s" in message and "not complete within" not in message

@@ -173,6 +173,10 @@ def test_score_parses_line_counts_must_agree(tmp_path):
     two_per_line = _write(tmp_path / "two.ref", [GOLD + " " + GOLD, GOLD])
     with pytest.raises(BracketScoreError, match=r"two\.ref has 2 lines holding 3 trees"):
         score_parses(_write(tmp_path / "two.out", ["", ""]), sources, two_per_line)
+    # As many trees as sentences, but not one per line: not the file `reproduce references` writes.
+    one_line = _write(tmp_path / "one.ref", [GOLD + " " + GOLD])
+    with pytest.raises(BracketScoreError, match=r"one\.ref has 1 lines holding 2 trees"):
+        score_parses(_write(tmp_path / "one.out", ["", ""]), sources, one_line)
 
 
 def test_score_parses_names_the_files_when_words_differ(tmp_path):
@@ -181,3 +185,19 @@ def test_score_parses_names_the_files_when_words_differ(tmp_path):
     with pytest.raises(BracketScoreError,
                        match=r"test\.ref against .*test\.src: sentence 1: word 5"):
         score_parses(_write(tmp_path / "test.out", [""]), sources, references)
+
+
+def test_score_parses_names_the_line_of_an_empty_source_sentence(tmp_path):
+    """The words of the tree come from the source line; an empty one is named by its line
+    number, counted from 1 as editors count."""
+    references = _write(tmp_path / "test.ref", [GOLD, GOLD])
+    sources = _write(tmp_path / "test.src", ["The dog saw a cat .", ""])
+    with pytest.raises(BracketScoreError, match=r"test\.src line 2: empty"):
+        score_parses(_write(tmp_path / "test.out", ["", ""]), sources, references)
+
+
+def test_score_parses_refuses_empty_files_instead_of_scoring_nothing(tmp_path):
+    """No sentence is no score: an F1 of empty files would pass for a result in Table 4."""
+    empty = [_write(tmp_path / name, []) for name in ("test.out", "test.src", "test.ref")]
+    with pytest.raises(BracketScoreError, match="are empty: nothing to score"):
+        score_parses(*empty)

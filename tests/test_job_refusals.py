@@ -31,6 +31,8 @@ def test_a_refusal_inside_a_submitted_job_comes_back_as_its_one_line(corpora, tm
     assert message.startswith("step 2: the training loss is nan (fp32): training diverged")
     assert "\n" not in message and "Traceback" not in message
     assert "; log: " in message and message.endswith("_log.err)")
+    # The job ran the ranks asked for, each with its own log.
+    assert len(list((folder / "submitit").glob("*_log.err"))) == tasks
     # Consumed: a later job that happens to get the same id cannot read this one's refusal.
     assert not list((folder / "submitit").glob("*_refusal.json"))
 

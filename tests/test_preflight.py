@@ -52,3 +52,26 @@ def test_a_model_fits_exactly_up_to_the_free_memory(memory_files):
     meminfo.write_text(f"MemAvailable: {needed // 1024 - 1} kB\n")
     with pytest.raises(ConfigError, match="variant base: model"):
         preflight.check_fits(config, 50, torch.device("cpu"), "base")
+
+
+def test_a_model_that_needs_exactly_the_free_memory_is_let_through(memory_files):
+    """The check refuses a model whose fixed state exceeds the free memory, not one that just
+    fits: a cgroup's limit less its use gives the free bytes to the byte."""
+    cgroup, meminfo = memory_files
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8)
+    needed = preflight.training_state_bytes(config, 50)
+    meminfo.write_text(f"MemAvailable: {needed} kB\n")  # the machine has far more
+    (cgroup / "memory.current").write_text("4096\n")
+    (cgroup / "memory.max").write_text(f"{needed + 4096}\n")
+    assert preflight.available_host_bytes() == needed
+    preflight.check_fits(config, 50, torch.device("cpu"), "base")
+    (cgroup / "memory.max").write_text(f"{needed + 4095}\n")
+    with pytest.raises(ConfigError, match="variant base: model"):
+        preflight.check_fits(config, 50, torch.device("cpu"), "base")
+
+
+def test_on_a_gpu_the_free_memory_is_what_other_processes_left(monkeypatch):
+    """A GPU shared with other jobs has less free than it has: the check must use what is free
+    (CUDA's first number), or a model that cannot fit passes it."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (3 * 2**30, 80 * 2**30))
+    assert preflight.available_bytes(torch.device("cuda", 0)) == 3 * 2**30

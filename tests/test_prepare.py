@@ -9,9 +9,10 @@ from reproduce.experiment_file import load_experiment
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
 from reproduce.data.sgm import parse_sgm_text, read_sgm
+from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError
 from reproduce.files import UndecodableTextError
-from reproduce.parsing.trees import TreeError
+from reproduce.parsing.trees import TreeError, leaves
 from tests.corpus_archives import sgm, wmt_like_members, write_tgz, write_tgz_bytes
 
 
@@ -260,6 +261,33 @@ def test_a_malformed_tree_names_the_member_tree_and_line(tmp_path):
                        match=r"member treebank_3/parsed/mrg/wsj/22/wsj_2201\.mrg tree 1 \(from "
                              r"line 1\): unbalanced"):
         prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
+
+
+def test_a_tree_without_words_names_the_member_and_its_tree_number_from_1(tmp_path):
+    """A tree that cleaning empties (only empty elements) is named by its member and its number
+    in the file, counted from 1 as the parse errors above count them."""
+    empty = "( (S (NP-SBJ (-NONE- *) ) (VP (-NONE- *T*-1) ) ))\n"
+    downloads = _treebank_download(tmp_path, {
+        "treebank_3/parsed/mrg/wsj/22/wsj_2200.mrg": MRG_22_00 + empty})
+    with pytest.raises(TreeError, match=r"member treebank_3/parsed/mrg/wsj/22/wsj_2200\.mrg "
+                                        r"tree 2: tree .* holds no words"):
+        prepare_split([_treebank_source()], "dev", downloads, tmp_path / "out", Cleaning())
+
+
+def test_each_tree_file_is_removed_from_scratch_once_read(tmp_path):
+    """A section is read one extracted member at a time: WSJ's thousands of files never sit in
+    the scratch folder all at once."""
+    downloads = _treebank_download(tmp_path, {
+        "treebank_3/parsed/mrg/wsj/22/wsj_2200.mrg": MRG_22_00,
+        "treebank_3/parsed/mrg/wsj/22/wsj_2201.mrg": MRG_22_01})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    trees = read_source_trees(_treebank_source(), downloads / file_name(_treebank_source()),
+                              scratch)
+    assert [leaves(tree) for tree in trees] == [
+        ["Alice", "left", "."], ["The", "cat", "sat", "on", "the", "mat", "."],
+        ["It", "was", "seen", "."]]
+    assert list(scratch.iterdir()) == []
 
 
 def test_a_ptb_source_takes_no_target_member():

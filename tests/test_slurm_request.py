@@ -2,6 +2,7 @@
 into submitit's parameters, refused in one line before anything is submitted; experiment files
 hold no Slurm settings."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,10 +11,14 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from submitit.core.utils import DelayedSubmission, FailedJobError
 
 from reproduce.config import ConfigError
+from reproduce.training.interruption import STOP_REQUEST, STOP_WITH
+from reproduce.training.launch import launch_training
 from reproduce.training.slurm_request import SlurmRequest, parse_request
 from tests.project_copy import copy_workflow
+from tests.training_fixtures import TINY, corpus_pair, small_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -49,10 +54,12 @@ def test_ranks_are_one_per_gpu_or_the_tasks_per_node_without_gpus():
 
 @pytest.mark.parametrize("assignments, named", [
     (["gpu=3", "nodes=2"], "gpu (3) must be a multiple of nodes (2)"),
+    (["nodes=0"], "nodes: Input should be greater than 0"),
     (["runtime=a day"], "runtime: Input should be a valid integer"),
     (["partition=gpu"], "partition: unknown key"),
     (["gpu"], "--slurm 'gpu': expected name=value"),
     (["slurm_extra=-w node1"], "slurm_extra (the profile's set-resources: train"),
+    (["slurm_extra=--exclusive --"], "'--' is not an sbatch long option"),
 ])
 def test_a_bad_request_is_one_line_naming_the_resource(assignments, named):
     with pytest.raises(ConfigError) as caught:
@@ -90,3 +97,76 @@ def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
         requests.append("slurm_partition=gpu")
     for request in requests:
         assert request in train_job, train_job
+
+
+@pytest.fixture
+def refusing_sbatch(tmp_path, monkeypatch):
+    """An ``sbatch`` first on the PATH that takes no job: submitit writes the job's sbatch script
+    and pickled task into the submitit folder, then fails, so that what a submission would ask
+    Slurm for can be read without a cluster."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: no cluster in tests' >&2\n"
+                                   "exit 1\n")
+    (folder / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def _submit_refused(tmp_path, request, **options):
+    """The sbatch script and the pickled submission of a training launched on Slurm."""
+    corpora = corpus_pair(tmp_path / "corpora", 20)
+    with pytest.raises(FailedJobError, match="no cluster in tests"):
+        launch_training(TINY, small_variant(steps=2), *corpora, tmp_path / "variant", tmp_path,
+                        launcher="slurm", slurm=request, threads=3, **options)
+    [script] = (tmp_path / "variant/submitit").glob(".submission_file_*.sh")
+    [pickled] = (tmp_path / "variant/submitit").glob("*.pkl")
+    return script.read_text(), DelayedSubmission.load(pickled)
+
+
+def test_a_slurm_training_asks_for_the_request_and_requeues_as_often_as_it_says(
+        tmp_path, refusing_sbatch, monkeypatch):
+    """What the launcher submits: the request's ranks as tasks per node, its time limit in
+    minutes (sbatch's --time unit), its signal, and the requeues it allows; and the task trains
+    from the given folders with the threads asked, dying with no process of this host (the job
+    runs on another) but stopping on Snakemake's stop request."""
+    monkeypatch.setenv(STOP_WITH, f"{os.getpid()} 1")  # this launcher's owner, for local jobs
+    monkeypatch.setenv(STOP_REQUEST, str(tmp_path / "stop"))
+    request = SlurmRequest(nodes=2, tasks_per_node=2, cpus_per_task=3, runtime=90, mem_mb=1000,
+                           requeue_signal_seconds=60, max_requeues=5)
+    script, submission = _submit_refused(tmp_path, request)
+    for line in ("--nodes=2", "--ntasks-per-node=2", "--cpus-per-task=3", "--time=90",
+                 "--mem=1000M", "--signal=USR2@60", "--job-name=train-tiny-base"):
+        assert f"#SBATCH {line}\n" in script, script
+    assert "--gpus-per-node" not in script
+    assert submission._timeout_countdown == 5
+    task = submission.function
+    assert (task.threads, task.stop_after_steps, task.stop_with) == (3, None, None)
+    assert task.stop_request == tmp_path / "stop"
+    assert task.output_dir == (tmp_path / "variant").resolve()
+    assert task.train_dir == (tmp_path / "corpora/train").resolve()
+    assert task.dev_dir == (tmp_path / "corpora/dev").resolve()
+
+
+def test_restart_moves_the_earlier_run_aside_before_submitting_and_only_then(tmp_path,
+                                                                              refusing_sbatch):
+    """``--restart`` starts from step 0: without it the checkpoints stay, to be resumed."""
+    (tmp_path / "variant/checkpoints").mkdir(parents=True)
+    (tmp_path / "variant/checkpoints/step_3.pt").write_bytes(b"a checkpoint")
+    _submit_refused(tmp_path, SlurmRequest())
+    assert (tmp_path / "variant/checkpoints/step_3.pt").exists()
+    for leftover in (tmp_path / "variant/submitit").iterdir():
+        leftover.unlink()
+    _submit_refused(tmp_path, SlurmRequest(), restart=True)
+    assert not (tmp_path / "variant/checkpoints").exists()
+    [replaced] = (tmp_path / "variant").glob("replaced-*")
+    assert (replaced / "checkpoints/step_3.pt").read_bytes() == b"a checkpoint"
+
+
+def test_slurm_ranks_without_gpus_must_divide_a_step_too(tmp_path, refusing_sbatch):
+    """Ranks are the request's tasks per node times its nodes when it asks for no GPU: three of
+    them cannot share eight micro-batches, refused before anything is submitted."""
+    with pytest.raises(ConfigError, match=r"\(8\) is not a multiple of the 3 ranks the slurm"):
+        launch_training(TINY, small_variant(steps=2), *corpus_pair(tmp_path, 20), tmp_path / "v",
+                        tmp_path, launcher="slurm", slurm=SlurmRequest(tasks_per_node=3))
+    assert not (tmp_path / "v/submitit").exists()
