@@ -14,6 +14,7 @@ generated (:mod:`reproduce.settings_reference`).
 from __future__ import annotations
 
 import copy
+import urllib.parse
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
@@ -92,6 +93,13 @@ class Source(Strict):
         return self
 
 
+def url_file_name(url: str) -> str:
+    """The URL's last path component without query string: the name of a file in ``mirror_dir``."""
+    path = (urllib.parse.urlsplit(url).path if not url.startswith("file:")
+            else url.removeprefix("file:"))
+    return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+
 class Cleaning(Strict):
     """Filters applied to training pairs only (dev/test are never filtered), and the Unicode
     normalisation of every split."""
@@ -157,7 +165,8 @@ class DataConfig(Strict):
         default=None,
         description="A folder of pre-downloaded archives, named as the URLs' last path "
                     "components, copied instead of downloading, for clusters without internet "
-                    "access; relative to the working directory.")
+                    "access; relative to the working directory. Two URLs ending in the same name "
+                    "are refused with it.")
     min_pairs: int = Field(
         default=1, gt=0,
         description="Fewest sentence pairs a prepared split may hold after cleaning; fewer stops "
@@ -167,6 +176,22 @@ class DataConfig(Strict):
         default=DownloadLimits(),
         description="When a download is given up: settings of this machine's network, not of "
                     "the data, so they are left out of the trained settings' fingerprint.")
+
+    @model_validator(mode="after")
+    def _mirror_names_one_file_a_url(self) -> "DataConfig":
+        """A mirror holds each archive under its URL's last path component: two URLs that end
+        in the same name (wmt13/dev.tgz and wmt14/dev.tgz) would both be given one file."""
+        if self.mirror_dir is None:
+            return self
+        urls: dict[str, str] = {}
+        for source in (*self.train, *self.dev, *self.test):
+            name = url_file_name(source.url)
+            if urls.setdefault(name, source.url) != source.url:
+                raise ConfigError(
+                    f"mirror_dir: {urls[name]} and {source.url} end in the same file name "
+                    f"{name!r}, but a mirror holds one file of each name; download one of them "
+                    f"without the mirror (mirror_dir: null) or serve it from another URL")
+        return self
 
 
 class BpeConfig(Strict):

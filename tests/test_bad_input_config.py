@@ -168,6 +168,11 @@ FIELD_CASES = [
     ("data-source-name-with-space", _set("data.train.0.name", "a b"), ["data.train.0.name"]),
     ("data-source-one-member-only", _set("data.train.0.target_member", REMOVE),
      ["data.train.0", "give both source_member and target_member"]),
+    ("data-mirror-one-name-two-urls",
+     lambda raw: raw["data"].update(mirror_dir="mirror") or raw["data"]["dev"][0].update(
+         url="file:elsewhere/tiny_corpus.tgz"),
+     ["data: mirror_dir: file:configs/data/tiny_corpus.tgz and file:elsewhere/tiny_corpus.tgz "
+      "end in the same file name 'tiny_corpus.tgz'"]),
     ("data-source-unknown-key", _set("data.dev.0.checksum", "x"),
      ["data.dev.0.checksum: unknown key"]),
     ("data-source-treebank-in-translation",

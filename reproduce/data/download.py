@@ -41,7 +41,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from reproduce.config import DownloadLimits, Source
+from reproduce.config import DownloadLimits, Source, url_file_name
 from reproduce.errors import ReproduceError, UnwritableOutputError
 
 log = logging.getLogger(__name__)
@@ -64,13 +64,6 @@ def display_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def url_file_name(url: str) -> str:
-    """The URL's last path component without query string: the name of a file in ``mirror_dir``."""
-    path = (urllib.parse.urlsplit(url).path if not url.startswith("file:")
-            else url.removeprefix("file:"))
-    return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 def file_name(source: Source) -> str:
