@@ -55,6 +55,8 @@ def test_ranks_are_one_per_gpu_or_the_tasks_per_node_without_gpus():
 @pytest.mark.parametrize("assignments, named", [
     (["gpu=3", "nodes=2"], "gpu (3) must be a multiple of nodes (2)"),
     (["nodes=0"], "nodes: Input should be greater than 0"),
+    (["gpu=8", "tasks_per_node=2"], "tasks_per_node (2) with gpu (8) on 1 node(s): a job with "
+                                    "GPUs runs one rank per GPU, 8 a node"),
     (["runtime=a day"], "runtime: Input should be a valid integer"),
     (["partition=gpu"], "partition: unknown key"),
     (["gpu"], "--slurm 'gpu': expected name=value"),

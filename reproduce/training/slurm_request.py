@@ -35,7 +35,8 @@ class SlurmRequest(Strict):
     tasks_per_node: int | None = Field(
         default=None, gt=0,
         description="Ranks per node, for jobs without GPUs (CPU training, the test cluster); "
-                    "unset: one per GPU, or 1 without GPUs.")
+                    "unset: one per GPU, or 1 without GPUs. With GPUs it can only be their "
+                    "number a node.")
     cpus_per_task: int = Field(default=4, gt=0, description="CPUs per rank.")
     mem_mb: int | None = Field(default=None, gt=0, description="Memory per node, MB.")
     runtime: int = Field(
@@ -53,10 +54,14 @@ class SlurmRequest(Strict):
         description="How long before the time limit Slurm signals the job to checkpoint.")
 
     @model_validator(mode="after")
-    def _gpus_spread_evenly(self) -> "SlurmRequest":
+    def _one_rank_per_gpu(self) -> "SlurmRequest":
         if self.gpu % self.nodes:
             raise ConfigError(f"gpu ({self.gpu}) must be a multiple of nodes ({self.nodes}): "
                               "every node runs the same number of ranks")
+        if self.gpu and self.tasks_per_node not in (None, self.gpus_per_node):
+            raise ConfigError(f"tasks_per_node ({self.tasks_per_node}) with gpu ({self.gpu}) on "
+                              f"{self.nodes} node(s): a job with GPUs runs one rank per GPU, "
+                              f"{self.gpus_per_node} a node; leave tasks_per_node unset")
         return self
 
     @property
