@@ -20,10 +20,14 @@ def test_training_state_is_sixteen_bytes_per_parameter():
 
 @pytest.fixture
 def memory_files(tmp_path, monkeypatch):
+    """A cgroup mount, /proc/meminfo and /proc/self/cgroup of their own: this process in cgroup
+    v2's root (as in a container) until a test says otherwise."""
     cgroup, meminfo = tmp_path / "cgroup", tmp_path / "meminfo"
     cgroup.mkdir()
+    (tmp_path / "self_cgroup").write_text("0::/\n")
     monkeypatch.setattr(preflight, "CGROUP_MEMORY", cgroup)
     monkeypatch.setattr(preflight, "PROC_MEMINFO", meminfo)
+    monkeypatch.setattr(preflight, "PROC_CGROUP", tmp_path / "self_cgroup")
     return cgroup, meminfo
 
 
@@ -35,6 +39,40 @@ def test_a_cgroup_limit_below_the_machines_memory_wins(memory_files):
     assert preflight.available_host_bytes() == 2_000_000
     (cgroup / "memory.max").write_text("max\n")  # no limit: the machine's available memory
     assert preflight.available_host_bytes() == 4000 * 1024
+
+
+def _limit(folder, limit, used, files=("memory.max", "memory.current")):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / files[0]).write_text(f"{limit}\n")
+    (folder / files[1]).write_text(f"{used}\n")
+
+
+def test_a_slurm_jobs_own_cgroup_v2_limits_it_and_so_does_every_group_above(memory_files,
+                                                                             tmp_path):
+    """Slurm puts a job's processes in a cgroup of its own, below the mount's root: its limit
+    (or a tighter one higher up) is what the job may use, not the root's lack of one."""
+    cgroup, meminfo = memory_files
+    meminfo.write_text("MemAvailable:  4000000 kB\n")
+    (tmp_path / "self_cgroup").write_text("0::/system.slice/slurmstepd.scope/job_7/step_0\n")
+    _limit(cgroup, "max", 9_000_000_000)
+    _limit(cgroup / "system.slice/slurmstepd.scope/job_7", 3_000_000, 1_000_000)
+    _limit(cgroup / "system.slice/slurmstepd.scope/job_7/step_0", "max", 900_000)
+    assert preflight.available_host_bytes() == 2_000_000
+    _limit(cgroup / "system.slice", 1_500_000, 1_000_000)  # a tighter limit above the job's
+    assert preflight.available_host_bytes() == 500_000
+
+
+def test_a_cgroup_v1_memory_controller_limits_the_job_too(memory_files, tmp_path):
+    """cgroup v1 (and the hybrid layout) keeps the memory controller in a hierarchy of its own,
+    with other file names; its 'no limit' is a huge number, not ``max``."""
+    cgroup, meminfo = memory_files
+    meminfo.write_text("MemAvailable:  4000000 kB\n")
+    (tmp_path / "self_cgroup").write_text(
+        "5:cpu,cpuacct:/slurm/uid_0/job_7/step_0\n4:memory:/slurm/uid_0/job_7/step_0\n0::/\n")
+    v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    _limit(cgroup / "memory", 9223372036854771712, 5_000_000_000, v1)
+    _limit(cgroup / "memory/slurm/uid_0/job_7/step_0", 5_000_000, 1_000_000, v1)
+    assert preflight.available_host_bytes() == 4_000_000
 
 
 def test_unknown_memory_skips_the_check(memory_files):

@@ -25,7 +25,11 @@ log = logging.getLogger(__name__)
 # precision keeps fp32 master weights and moments too, so this is the floor for every precision.
 BYTES_PER_PARAMETER = 4 * 4
 CGROUP_MEMORY = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 PROC_MEMINFO = Path("/proc/meminfo")
+# Where each cgroup version keeps a group's memory limit and use, below its mount.
+_CGROUP_V2 = ("memory.max", "memory.current")
+_CGROUP_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
 
 
 def check_not_empty(directory: Path, split: str) -> EncodedCorpus:
@@ -63,15 +67,46 @@ def _meminfo_available() -> int | None:
     return None
 
 
+def _memory_cgroups() -> list[tuple[Path, Path, tuple[str, str]]]:
+    """(mount, folder, its limit and use files) of each memory cgroup of this process, from
+    /proc/self/cgroup: cgroup v2's (``0::``) and v1's memory controller's (mounted at
+    ``memory/``). A Slurm job's cgroup is the process's own, not the mount's root (the root is
+    one only inside a cgroup namespace, as in a container). Without the file, v2's root."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        lines = ["0::/"]
+    groups = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if not controllers:
+            mount, files = CGROUP_MEMORY, _CGROUP_V2
+        elif "memory" in controllers.split(","):
+            mount, files = CGROUP_MEMORY / "memory", _CGROUP_V1
+        else:
+            continue
+        groups.append((mount, mount / path.lstrip("/"), files))
+    return groups
+
+
+def _cgroup_room() -> list[int]:
+    """What each memory cgroup from this process's own up to its mount's root leaves free: a
+    limit set higher up binds too (a group without one reads as no limit or a huge one)."""
+    room = []
+    for mount, folder, (limit_file, use_file) in _memory_cgroups():
+        for level in (folder, *folder.parents):
+            if not level.is_relative_to(mount):
+                break
+            limit, used = _read_number(level / limit_file), _read_number(level / use_file)
+            if limit is not None and used is not None:
+                room.append(max(0, limit - used))
+    return room
+
+
 def available_host_bytes() -> int | None:
     """Memory this process may still use: the machine's available memory, or less where a cgroup
     (a Slurm job's allocation) limits it; None where neither can be read."""
-    candidates = [_meminfo_available()]
-    limit = _read_number(CGROUP_MEMORY / "memory.max")
-    used = _read_number(CGROUP_MEMORY / "memory.current")
-    if limit is not None and used is not None:
-        candidates.append(max(0, limit - used))
-    known = [value for value in candidates if value is not None]
+    known = [value for value in (_meminfo_available(), *_cgroup_room()) if value is not None]
     return min(known) if known else None
 
 
