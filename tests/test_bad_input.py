@@ -1043,6 +1043,27 @@ def _averaged_in_new_folder(world: World, result: subprocess.CompletedProcess) -
                for name in original["model"])
 
 
+def _figures_of_seed_0(world: World) -> list:
+    return _attention(world, "--out-dir", world.root / "figures-seed-0", "--results",
+                      world.root / "results-seed-0", "--dataset", "tiny", "--variant", "base",
+                      "--seed", "0")
+
+
+def _logged_to_the_run_of_seed_0(world: World, result: subprocess.CompletedProcess) -> None:
+    """--seed 0 names a seed (an integer >= 0), not a missing one: the figures are written and
+    logged to the run of seed 0."""
+    from mlflow.tracking import MlflowClient
+
+    _ran(result)
+    figures = sorted(path.name for path in (world.root / "figures-seed-0").iterdir())
+    assert figures
+    client = MlflowClient(f"sqlite:///{world.root / 'results-seed-0/mlflow.db'}")
+    [run] = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.data.tags["seed"] == "0"
+    assert sorted(Path(item.path).name
+                  for item in client.list_artifacts(run.info.run_id, "figures")) == figures
+
+
 HANDLED_CASES = [
     ("decode-source-odd-line-breaks", "decode", _odd_line_breaks, _five_translations),
     ("decode-source-empty", "decode",
@@ -1064,6 +1085,8 @@ HANDLED_CASES = [
     ("tables-nothing-finished-yet", "tables",
      lambda w: ["--experiment", w.experiment, "--results", w.root / "results-none",
                 "--out-dir", w.root / "tables-none"], _nothing_yet),
+    ("attention-seed-0-logs-to-its-run", "attention", _figures_of_seed_0,
+     _logged_to_the_run_of_seed_0),
     ("download-out-dir-missing", "download",
      lambda w: _download(w, "right")[:-1] + [w.root / "new-downloads/deeper"], _downloaded),
     ("average-out-in-missing-folder", "average",

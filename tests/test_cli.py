@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import pickle
+from pathlib import Path
 
 import pytest
+import torch
 
 from reproduce.cli import _parser, expected_error_message, main, positive_int
+from reproduce.commands.arguments import seed_number
+from reproduce.commands.report import layer_numbers, line_numbers
 from reproduce.config import ConfigError
 from reproduce.errors import CheckpointError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -87,3 +94,81 @@ def test_expected_errors_become_one_line_and_bugs_do_not():
     assert expected_error_message(pickle.UnpicklingError("Weights only load failed.")) is None
     assert expected_error_message(ValueError("invalid literal for int() with base 10: 'x'")) is None
     assert expected_error_message(KeyError("x")) is None
+
+
+def test_seed_zero_is_a_seed():
+    """``training.seed`` may list 0 (an integer >= 0): ``--seed 0`` names it, and is not refused
+    as if it were left out."""
+    assert seed_number("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match="an integer >= 0, got -1"):
+        seed_number("-1")
+
+
+def test_line_numbers_count_from_0_and_layers_from_1():
+    """--sentences 0 is the first line and --layers 1 the first layer: both are taken, the
+    number below each is refused."""
+    assert line_numbers("0,2") == [0, 2]
+    assert layer_numbers("1,6") == [1, 6]
+    with pytest.raises(argparse.ArgumentTypeError, match="0-based line numbers"):
+        line_numbers("0,-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="1-based layer numbers"):
+        layer_numbers("0")
+
+
+@pytest.fixture
+def launched(tmp_path, monkeypatch) -> list[dict]:
+    """What ``reproduce train`` hands the launcher, which is not run; the command's torch
+    threads set back afterwards."""
+    calls: list[dict] = []
+    monkeypatch.setattr("reproduce.training.launch.launch_training",
+                        lambda **options: calls.append(options))
+    for split in ("train", "dev"):
+        (tmp_path / split).mkdir()
+    threads = torch.get_num_threads()
+    yield calls
+    torch.set_num_threads(threads)
+
+
+def _train(tmp_path: Path, *options: str) -> None:
+    main(["train", "--experiment", str(ROOT / "configs/tiny.yaml"), "--variant", "base",
+          "--train-data", str(tmp_path / "train"), "--dev-data", str(tmp_path / "dev"),
+          "--out-dir", str(tmp_path / "out"), "--results", str(tmp_path / "results"), *options])
+
+
+def test_train_hands_every_option_to_the_launcher(tmp_path, launched):
+    """No option of ``train`` is dropped on its way: the seed chosen, the splits each in its
+    place, the launcher, its tasks and threads, and --restart."""
+    _train(tmp_path, "--seed", "2", "--launcher", "local", "--tasks", "3", "--threads", "2",
+           "--restart", "--slurm", "slurm_partition=gpu")
+    [options] = launched
+    variant = options.pop("variant")
+    assert (variant.name, variant.training.seed) == ("base", 2)
+    assert options.pop("slurm").slurm_partition == "gpu"
+    assert options.pop("experiment").name == "tiny"
+    assert options == {"train_dir": tmp_path / "train", "dev_dir": tmp_path / "dev",
+                       "output_dir": tmp_path / "out", "results_dir": tmp_path / "results",
+                       "launcher": "local", "tasks": 3, "threads": 2, "restart": True}
+
+
+def test_train_without_options_trains_the_first_seed_inline_without_restarting(tmp_path,
+                                                                               launched):
+    """The defaults the pipeline relies on: the variant's first seed (``training.seed: [1, 2]``),
+    in this process, one task, one thread, resuming rather than restarting."""
+    _train(tmp_path)
+    [options] = launched
+    assert options["variant"].training.seed == 1
+    assert (options["launcher"], options["tasks"], options["threads"], options["restart"]) == (
+        "inline", 1, 1, False)
+
+
+def test_summarize_writes_the_dev_and_test_scores_each_under_its_split(tmp_path):
+    """The summary the tables read: dev scores under ``dev``, test under ``test``, and the
+    training's seed, 0 included."""
+    (tmp_path / "dev.json").write_text(json.dumps({"split": "dev", "sacrebleu": 20.5}))
+    (tmp_path / "test.json").write_text(json.dumps({"split": "test", "sacrebleu": 19.0}))
+    main(["summarize", "--dataset", "tiny", "--variant", "base", "--seed", "0", "--dev",
+          str(tmp_path / "dev.json"), "--test", str(tmp_path / "test.json"), "--out",
+          str(tmp_path / "summary.json")])
+    assert json.loads((tmp_path / "summary.json").read_text()) == {
+        "dataset": "tiny", "variant": "base", "seed": 0,
+        "dev": {"split": "dev", "sacrebleu": 20.5}, "test": {"split": "test", "sacrebleu": 19.0}}
