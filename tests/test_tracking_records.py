@@ -134,6 +134,28 @@ def test_a_resumed_run_is_the_same_run_running_again(tmp_path, store):
     assert store.get_run(run.run_id).info.status == "RUNNING"
 
 
+def test_a_resumed_training_logs_each_step_it_trains_again_once(tmp_path, store):
+    """Killed after step 4 with its checkpoint at step 3, a training resumes at step 3 and logs
+    step 4 again (its ``metrics.jsonl`` cut back to step 2's line): the run holds one point a
+    step, the first, not two at step 4; the steps after it are logged as ever."""
+    metrics = tmp_path / "metrics.jsonl"
+    run = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base", metrics)
+    for step, loss in ((2, 3.0), (4, 2.0)):
+        with metrics.open("a") as stream:
+            stream.write(json.dumps({"step": step, "train_loss": loss}) + "\n")
+        run.log_metrics({"train_loss": loss}, step)
+    metrics.write_text(json.dumps({"step": 2, "train_loss": 3.0}) + "\n")
+    resumed = start_variant_run(tmp_path, "tiny", "base", 1, None, tmp_path / "base", metrics)
+    assert resumed.run_id == run.run_id
+    for step, loss in ((4, 2.0), (6, 1.5)):
+        with metrics.open("a") as stream:
+            stream.write(json.dumps({"step": step, "train_loss": loss}) + "\n")
+        resumed.log_metrics({"train_loss": loss, "lr": step / 10}, step)
+    resumed.finish()
+    assert _history(store, run.run_id, "train_loss") == [(2, 3.0), (4, 2.0), (6, 1.5)]
+    assert _history(store, run.run_id, "lr") == [(4, 0.4), (6, 0.6)]
+
+
 def test_a_run_deleted_in_the_store_is_replaced_by_a_new_one_on_resume(tmp_path, store):
     """A run deleted in the UI is kept, deleted, by the store, which refuses to log to it: the
     resumed training records a new run, so tagged, and logs there, instead of going on without

@@ -132,6 +132,7 @@ class VariantRun:
         self._tags: dict[str, str] = {}
         self._datasets: list[DatasetInput] = []
         self._values: dict[str, float] = {}  # single values (step 0): the summary, the scores
+        self._last_steps: dict[str, int] = {}  # step metric -> the last step the run holds
         self._artifacts: dict[tuple[str | None, str], Path] = {}  # (folder, name) -> file
 
     # -- opening ---------------------------------------------------------------------------------
@@ -162,7 +163,28 @@ class VariantRun:
         now = int(time.time() * 1000)
         entries = [Metric(key, float(value), now, step) for key, value in metrics.items()
                    if _is_number(value)]
-        self._call("logging metrics", lambda: self.client.log_batch(self.run_id, metrics=entries))
+        self._call("logging metrics", lambda: self._log_new_steps(entries))
+
+    def _log_new_steps(self, entries: list[Metric]) -> None:
+        """The ``entries`` past the last step the run holds of their metric. A resumed training
+        trains again the steps after its checkpoint, which the run was given before the kill
+        (``metrics.jsonl`` drops them:
+        :meth:`reproduce.training.run_records.RunRecords.keep_until`); MLflow deletes no point,
+        so the run keeps the first value of such a step, which an eager resume computes again
+        bit for bit."""
+        fresh = [entry for entry in entries if entry.step > self._last_step(entry.key)]
+        if fresh:
+            self.client.log_batch(self.run_id, metrics=fresh)
+        for entry in fresh:
+            self._last_steps[entry.key] = max(self._last_steps[entry.key], entry.step)
+
+    def _last_step(self, key: str) -> int:
+        """The last step of ``key`` in the run (-1 for none), read once for each run."""
+        if key not in self._last_steps:
+            self._last_steps[key] = max(
+                (metric.step for metric in self.client.get_metric_history(self.run_id, key)),
+                default=-1)
+        return self._last_steps[key]
 
     def log_values(self, values: dict[str, Any]) -> None:
         """Single values, as metrics at step 0 (one value each, not a curve:
@@ -258,6 +280,7 @@ class VariantRun:
                            for entry in recorded if key in entry and entry["step"] not in logged)
         for start in range(0, len(missing), _BATCH):
             self.client.log_batch(self.run_id, metrics=missing[start:start + _BATCH])
+        self._last_steps.clear()  # read again after what the replay logged
         return len(missing)
 
     def _catch_up(self) -> None:
@@ -395,6 +418,7 @@ class VariantRun:
         lost, self.client = self.run_id, client
         if run_id == lost:
             return
+        self._last_steps.clear()
         if lost is not None:
             log.warning("MLflow: run %s is not in the store any more (removed or replaced); the"
                         " training is recorded again as run %s, from what it logged and %s",
