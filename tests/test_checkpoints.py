@@ -1,8 +1,6 @@
 """Training checkpoints on small handmade files: what :func:`load_checkpoint` refuses, what
 resuming refuses to look at, and what the manifest lists for averaging."""
 
-import hashlib
-import io
 import os
 
 import pytest
@@ -15,26 +13,18 @@ from reproduce.training.checkpoints import (
     latest_good_checkpoint,
     load_checkpoint,
     refuse_non_files,
+    save_checkpoint,
     sidecar_path,
     write_manifest,
 )
-
-
-def _write_verified(path, state):
-    """``state`` saved with a matching sidecar, as :func:`save_checkpoint` would write it."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    path.write_bytes(buffer.getvalue())
-    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
-    sidecar_path(path).write_text(f"{digest}  {path.name}\n")
-    return path
 
 
 def test_a_verified_file_without_a_model_entry_is_not_a_checkpoint(tmp_path):
     """A weights-only file whose sidecar matches but holds no ``model`` (another program's
     tensors, an optimizer state alone) is refused by name when loaded, not handed on to fail
     later as a KeyError inside averaging or resuming."""
-    path = _write_verified(tmp_path / "step_00000003.pt", {"optimizer": {}, "step": 3})
+    path = tmp_path / "step_00000003.pt"
+    save_checkpoint({"optimizer": {}, "step": 3}, path)
     with pytest.raises(
         CheckpointError,
         match=r"step_00000003\.pt: not a checkpoint of this "
@@ -70,7 +60,8 @@ def test_the_manifest_lists_the_grid_checkpoints_only(tmp_path):
 def test_a_missing_checkpoint_or_checksum_file_is_named_for_what_it_is(tmp_path):
     """Which of the two files is gone decides the remedy (a run killed before its marker was
     written, or a checkpoint deleted): the error says which."""
-    path = _write_verified(tmp_path / "step_00000003.pt", {"model": {}, "step": 3})
+    path = tmp_path / "step_00000003.pt"
+    save_checkpoint({"model": {}, "step": 3}, path)
     sidecar_path(path).unlink()
     with pytest.raises(
         CheckpointError,
