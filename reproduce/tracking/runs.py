@@ -274,13 +274,15 @@ class VariantRun:
         keys = {key for entry in recorded for key in entry if key != "step"}
         now = int(time.time() * 1000)
         missing: list[Metric] = []
+        held: dict[str, int] = {}  # metric -> the last step the run holds once this is logged
         for key in sorted(keys):
             logged = {metric.step for metric in self.client.get_metric_history(self.run_id, key)}
             missing.extend(Metric(key, float(entry[key]), now, entry["step"])
                            for entry in recorded if key in entry and entry["step"] not in logged)
+            held[key] = max(logged | {entry["step"] for entry in recorded if key in entry})
         for start in range(0, len(missing), _BATCH):
             self.client.log_batch(self.run_id, metrics=missing[start:start + _BATCH])
-        self._last_steps.clear()  # read again after what the replay logged
+        self._last_steps |= held
         return len(missing)
 
     def _catch_up(self) -> None:
