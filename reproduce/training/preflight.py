@@ -78,7 +78,10 @@ def _memory_cgroups() -> list[tuple[Path, Path, tuple[str, str]]]:
         lines = ["0::/"]
     groups = []
     for line in lines:
-        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        fields = line.split(":", 2)  # hierarchy, controllers, path
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if not controllers:
             mount, files = CGROUP_MEMORY, _CGROUP_V2
         elif "memory" in controllers.split(","):
