@@ -7,6 +7,7 @@ from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
 from reproduce.config import Source
 from reproduce.data.references import reference_lines, write_references
 from reproduce.data.download import file_name
+from reproduce.errors import DataError
 from tests.corpus_archives import sgm, write_tgz
 
 # NFKC would turn "ﬁ" into "fi" and the no-break space into a space; the references keep both.
@@ -29,6 +30,12 @@ def test_text_and_tsv_references_keep_everything_but_trailing_whitespace(tmp_pat
     assert reference_lines(tmp_path / "ref.txt", "text") == ["ﬁne  Café", "zwei\u2028drei"]
     (tmp_path / "ref.tsv").write_text("one\tﬁne  Café\ntwo\tzwei\n", encoding="utf-8")
     assert reference_lines(tmp_path / "ref.tsv", "tsv") == ["ﬁne  Café", "zwei"]
+
+
+def test_a_tsv_reference_line_without_a_tab_is_refused_by_file_and_line(tmp_path):
+    (tmp_path / "ref.tsv").write_text("one\teins\ntwo zwei\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"ref\.tsv:2: a tsv reference line holds no tab"):
+        reference_lines(tmp_path / "ref.tsv", "tsv")
 
 
 def _test_source():

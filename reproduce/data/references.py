@@ -50,7 +50,15 @@ def reference_lines(path: Path, format: str) -> list[str]:
                     for line in stream if line.startswith("<seg ")]
         if format == "text":
             return [line.rstrip() for line in stream]
-        return [line.rstrip("\n").split("\t")[1] for line in stream]
+        return [_tsv_target(line, path, number) for number, line in enumerate(stream, start=1)]
+
+
+def _tsv_target(line: str, path: Path, number: int) -> str:
+    columns = line.rstrip("\n").split("\t")
+    if len(columns) < 2:
+        raise DataError(f"{path}:{number}: a tsv reference line holds no tab; expected "
+                        "'source<TAB>target'")
+    return columns[1]
 
 
 def write_references(sources: list[Source], download_dir: Path, out_path: Path,
