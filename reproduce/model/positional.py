@@ -36,7 +36,7 @@ class SinusoidalPositions(nn.Module):
     def forward(self, positions: torch.Tensor, end: int) -> torch.Tensor:
         """Encodings of ``positions`` ``[N]``, each below ``end``: ``[N, d_model]``."""
         if end > self.table.size(0):
-            self.table = sinusoidal_table(2 * end, self.d_model).to(self.table.device)
+            self.table = sinusoidal_table(2 * end, self.d_model).to(self.table)  # device, dtype
         return self.table[positions]
 
 
