@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from reproduce.config import ModelConfig
+from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.parameter_count import analytic_parameter_count
 from reproduce.model.positional import SinusoidalPositions, sinusoidal_table
 from reproduce.model.token_layout import TokenLayout
@@ -43,6 +44,15 @@ def test_positions_past_the_initial_table_get_the_papers_encodings():
     assert torch.equal(positions(torch.arange(5), 5), sinusoidal_table(5, 16))
     assert torch.equal(positions(torch.arange(30), 30), sinusoidal_table(30, 16))
     assert torch.equal(positions(torch.tensor([3, 2]), 4), sinusoidal_table(4, 16)[[3, 2]])
+
+
+def test_an_extended_table_keeps_the_dtype_the_module_was_cast_to():
+    """Past the table built at first, the encodings come in the module's dtype still (a float64
+    model's sums of embeddings and positions stay float64, as the formula's values)."""
+    positions = SinusoidalPositions(16, initial_length=4).double()
+    extended = positions(torch.arange(30), 30)
+    assert extended.dtype == torch.float64
+    assert torch.equal(extended, sinusoidal_table(30, 16).double())
 
 
 def test_embeddings_and_output_projection_share_one_matrix():
@@ -181,3 +191,180 @@ def test_a_step_on_a_static_cache_reads_nothing_from_the_host_count(overrides, m
         step = model.decode(target[:, 3:4], encoded, static)
     assert reads.count == 0
     assert torch.allclose(step, expected, atol=1e-5)
+
+
+def _randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter drawn at random (biases and layer-norm gains too) in float64, so that no
+    term of a formula hides behind a zero bias or a unit gain."""
+    generator = torch.Generator().manual_seed(seed)
+    module.double()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+                            * 0.3)
+    return module.eval()
+
+
+def _layer_norm(x, norm):
+    """LayerNorm written out: (x - mean) / sqrt(biased variance + eps) * gain + bias."""
+    mean = x.mean(-1, keepdim=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(variance + norm.eps) * norm.weight + norm.bias
+
+
+def _multi_head(x_q, x_kv, w_q, b_q, w_k, b_k, w_v, b_v, output, heads, causal):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = softmax(Q_i K_i^T / sqrt(d_k))
+    V_i, one head at a time, for one sentence ``x_q`` [Tq, d] against ``x_kv`` [Tk, d]; head i
+    owns rows i*d_k..(i+1)*d_k of each fused projection."""
+    d_k, d_v = w_q.size(0) // heads, w_v.size(0) // heads
+    contexts = []
+    for i in range(heads):
+        rows_k, rows_v = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+        q = x_q @ w_q[rows_k].T + b_q[rows_k]
+        k = x_kv @ w_k[rows_k].T + b_k[rows_k]
+        v = x_kv @ w_v[rows_v].T + b_v[rows_v]
+        scores = q @ k.T / math.sqrt(d_k)
+        if causal:
+            later = torch.ones(len(x_q), len(x_kv), dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(later, float("-inf"))
+        contexts.append(scores.softmax(-1) @ v)
+    return torch.cat(contexts, -1) @ output.weight.T + output.bias
+
+
+def _self_attention_reference(module, x, causal):
+    w_q, w_k, w_v = module.qkv.weight.split(module.sizes)
+    b_q, b_k, b_v = module.qkv.bias.split(module.sizes)
+    return _multi_head(x, x, w_q, b_q, w_k, b_k, w_v, b_v, module.output, module.heads, causal)
+
+
+def _cross_attention_reference(module, x, memory):
+    w_k, w_v = module.kv.weight.split(module.kv_sizes)
+    b_k, b_v = module.kv.bias.split(module.kv_sizes)
+    return _multi_head(x, memory, module.query.weight, module.query.bias, w_k, b_k, w_v, b_v,
+                       module.output, module.heads, False)
+
+
+def _feed_forward_reference(module, x):
+    """Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+    hidden = torch.clamp(x @ module.inner.weight.T + module.inner.bias, min=0)
+    return hidden @ module.outer.weight.T + module.outer.bias
+
+
+LAYER_CONFIG = ModelConfig(layers=1, d_model=12, d_ff=20, heads=3, d_k=5, d_v=3, dropout=0.0)
+
+
+def _sentences(lengths, seed):
+    """A right-padded batch of random vectors ``[B, T, d]`` and its layout (PAD beyond each
+    sentence's length)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(lengths), max(lengths), LAYER_CONFIG.d_model, generator=generator,
+                    dtype=torch.float64)
+    padding = torch.arange(max(lengths))[None, :] >= torch.tensor(lengths)[:, None]
+    return x, padding
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_an_encoder_layer_is_post_norm_self_attention_then_feed_forward(varlen):
+    """Section 3.1 and 5.4, each sentence alone: y = LayerNorm(x + MultiHead(x, x, x)),
+    out = LayerNorm(y + FFN(y)), written out head by head in float64 against the layer on a
+    padded batch (and on packed tokens)."""
+    layer = _randomize(EncoderLayer(LAYER_CONFIG))
+    lengths = [4, 6, 1]
+    x, padding = _sentences(lengths, seed=1)
+    layout = TokenLayout(padding, varlen=varlen)
+    with torch.no_grad():
+        out = layout.pad(layer(layout.unpad(x), layout))
+        for row, length in enumerate(lengths):
+            alone = x[row, :length]
+            y = _layer_norm(alone + _self_attention_reference(layer.attention, alone, False),
+                            layer.attention_residual.norm)
+            expected = _layer_norm(y + _feed_forward_reference(layer.feed_forward, y),
+                                   layer.feed_forward_residual.norm)
+            torch.testing.assert_close(out[row, :length], expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_a_decoder_layer_is_masked_self_attention_cross_attention_then_feed_forward(varlen):
+    """Section 3.1: masked self-attention (position i sees positions <= i), attention over the
+    encoder's output of the same sentence, the FFN, each in LayerNorm(x + Sublayer(x)); written
+    out head by head in float64, each sentence alone."""
+    layer = _randomize(DecoderLayer(LAYER_CONFIG), seed=2)
+    target_lengths, source_lengths = [5, 2, 3], [3, 6, 1]
+    x, padding = _sentences(target_lengths, seed=3)
+    memory, memory_padding = _sentences(source_lengths, seed=4)
+    layout = TokenLayout(padding, varlen=varlen)
+    memory_layout = TokenLayout(memory_padding, varlen=varlen)
+    with torch.no_grad():
+        out = layout.pad(layer(layout.unpad(x), layout, memory_layout.unpad(memory),
+                               memory_layout))
+        for row, (length, source_length) in enumerate(zip(target_lengths, source_lengths,
+                                                          strict=True)):
+            alone, encoded = x[row, :length], memory[row, :source_length]
+            y = _layer_norm(alone + _self_attention_reference(layer.self_attention, alone, True),
+                            layer.self_attention_residual.norm)
+            z = _layer_norm(y + _cross_attention_reference(layer.cross_attention, y, encoded),
+                            layer.cross_attention_residual.norm)
+            expected = _layer_norm(z + _feed_forward_reference(layer.feed_forward, z),
+                                   layer.feed_forward_residual.norm)
+            torch.testing.assert_close(out[row, :length], expected, rtol=0, atol=1e-12)
+
+
+def test_learned_positions_accept_a_sequence_of_exactly_max_positions():
+    """``max_positions`` positions are 0..max_positions-1: a sentence of that length fits (one
+    longer is refused, above)."""
+    model = tiny_model(positional="learned", max_positions=8)
+    assert model(random_tokens(1, 8), random_tokens(1, 8)).shape == (1, 8, VOCAB)
+
+
+def test_every_parameter_takes_part_in_the_output():
+    """Every layer of both stacks, and each of its sub-layers' own layer norm, gets a gradient:
+    none is skipped or stands in for another."""
+    model = tiny_model()
+    model(random_tokens(2, 5), random_tokens(2, 4, seed=2)).square().sum().backward()
+    unused = [name for name, p in model.named_parameters()
+              if p.grad is None or not p.grad.abs().sum() > 0]
+    assert unused == []
+
+
+def test_with_attention_dropout_in_training_the_decoder_stays_causal():
+    """Attention dropout computes the weights itself (not SDPA's ``is_causal``): the decoder's
+    self-attention must still hide later target tokens (section 3.2.3). Without token keys the
+    noise is torch's: the same seed gives both passes the same."""
+    model = tiny_model(attention_dropout=0.3).train()
+    source = random_tokens(2, 6)
+    target = random_tokens(2, 8, seed=3)
+    altered = target.clone()
+    altered[:, 5:] = random_tokens(2, 3, seed=4)
+    torch.manual_seed(5)
+    original = model(source, target)
+    torch.manual_seed(5)
+    changed = model(source, altered)
+    assert torch.allclose(original[:, :5], changed[:, :5], atol=1e-6)
+    assert not torch.allclose(original[:, :5], model.eval()(source, target)[:, :5], atol=1e-3)
+
+
+def test_selecting_rows_of_an_encoding_gives_those_sentences_encoder_outputs():
+    """Beam search repeats and drops sentences with ``select``: row i of the result is sentence
+    ``indices[i]``, its tokens' states and its padding."""
+    model = tiny_model()
+    source = random_tokens(3, 6)
+    source[0, 4:], source[2, 2:] = PAD, PAD
+    encoded = model.encode(source)
+    indices = torch.tensor([2, 2, 0, 1])
+    selected = encoded.select(indices)
+    assert torch.equal(selected.layout.padding, encoded.layout.padding[indices])
+    assert torch.equal(selected.memory, encoded.memory[indices])
+
+
+def test_incremental_decoding_extends_the_sinusoid_table_as_the_full_pass_does():
+    """Each step tells the positional encoding the end of the positions decoded so far, the new
+    one included: past the table built at first (here 4 positions) it grows, and the steps still
+    equal the full pass."""
+    model = tiny_model()
+    model.positions = SinusoidalPositions(32, initial_length=4)
+    source = random_tokens(2, 3)  # the encoder leaves the table as it is
+    target = torch.cat([torch.full((2, 1), BOS), random_tokens(2, 6, seed=7)], dim=1)
+    encoded, cache = model.encode(source), DecoderCache()
+    steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
+    model.positions = SinusoidalPositions(32, initial_length=4)
+    assert torch.allclose(torch.cat(steps, dim=1), model(source, target), atol=1e-5)

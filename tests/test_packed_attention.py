@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 
+from reproduce.model.attention import CrossAttention, SelfAttention
 from reproduce.model.packed_attention import attend_packed, attend_padded, varlen_available
 from reproduce.model.token_layout import TokenLayout
 
@@ -120,3 +121,32 @@ def test_a_bucketed_pass_counts_its_dummy_tokens_in_the_rows_that_hold_them():
     index = torch.tensor([0, 1, 2, 4, 6, 7, 9, 10, 11])
     assert TokenLayout.of(tokens, index).cumulative_lengths().tolist() == [0, 3, 6, 9]
     assert TokenLayout.of(tokens).cumulative_lengths().tolist() == [0, 3, 4, 5]
+
+
+def test_attention_dropout_keeps_the_padded_form_when_varlen_is_asked_for():
+    """The varlen kernel has no attention dropout: with it on in training, self- and
+    encoder-decoder attention compute the dropped weights on the padded batch, varlen asked for
+    or not (and the dropout does change the output)."""
+    torch.manual_seed(0)
+    self_attention = SelfAttention(16, 2, 4, 4, dropout=0.5).double().train()
+    cross_attention = CrossAttention(16, 2, 4, 4, dropout=0.5).double().train()
+    lengths, source_lengths = [3, 5], [4, 2]
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(sum(lengths), 16, dtype=torch.float64, generator=generator)
+    memory = torch.randn(sum(source_lengths), 16, dtype=torch.float64, generator=generator)
+    noise = torch.randint(-(2**31), 2**31 - 1, (sum(lengths),), dtype=torch.int32,
+                          generator=generator)
+
+    def outputs(varlen):
+        layout = TokenLayout(_layout(lengths).padding, noise=noise, varlen=varlen)
+        keys = TokenLayout(_layout(source_lengths).padding, varlen=varlen)
+        return (self_attention(x, layout, causal=True),
+                cross_attention(x, layout, memory, keys))
+
+    padded, packed = outputs(False), outputs(True)
+    for got, want in zip(packed, padded, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    self_attention.eval()
+    cross_attention.eval()
+    assert not torch.allclose(outputs(False)[0], padded[0])
+    assert not torch.allclose(outputs(False)[1], padded[1])
