@@ -172,3 +172,23 @@ def test_model_attention_maps_reproduce_the_models_own_output():
             y = layer.feed_forward_residual(y, layer.feed_forward(y), targets)
         y = targets.pad(y)
         assert torch.allclose(y, model.decoder_states(target, model.encode(source)), atol=1e-5)
+
+
+def test_attention_maps_are_the_evaluation_modes_and_leave_the_model_in_its_mode():
+    """Figures 3-5 show the trained model's attention: with dropout in the model, the maps of a
+    model in training mode are those of the same model in evaluation mode (no embedding or
+    residual dropout on the way), and the model is handed back in the mode it came in."""
+    torch.manual_seed(0)
+    config = ModelConfig(layers=2, d_model=D_MODEL, d_ff=64, heads=HEADS, d_k=D_K, d_v=D_V,
+                         dropout=0.3)
+    model = Transformer(config, 40).train()
+    source = torch.randint(4, 40, (2, 6), generator=torch.Generator().manual_seed(8))
+    target = torch.randint(4, 40, (2, 5), generator=torch.Generator().manual_seed(9))
+    torch.manual_seed(1)
+    in_training = attention_maps(model, source, target)
+    assert model.training
+    in_evaluation = attention_maps(model.eval(), source, target)
+    assert not model.training
+    for kind, layers in in_evaluation.items():
+        for trained, evaluated in zip(in_training[kind], layers, strict=True):
+            assert torch.equal(trained, evaluated), kind

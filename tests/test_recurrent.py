@@ -53,6 +53,7 @@ def test_incremental_decoding_equals_the_full_forward_pass(kind):
     rest = model.decode(target[:, 4:], encoded.select(torch.tensor([1, 2, 0])), cache)
     assert torch.allclose(first[torch.tensor([1, 2, 0])], full[:, :4], atol=1e-5)
     assert torch.allclose(rest, full[:, 4:], atol=1e-5)
+    assert cache.length == target.size(1)  # positions decoded, several a call or one
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -232,3 +233,97 @@ def test_resuming_equals_an_uninterrupted_run_bitwise(corpora, tmp_path):
     resumed = load_checkpoint(tmp_path / "resumed/train/final.pt")["model"]
     for name, tensor in straight.items():
         assert torch.equal(tensor, resumed[name]), name
+
+
+def test_each_decoder_layer_starts_from_that_encoder_layers_final_hidden_and_cell_states():
+    """The bridge (module docstring): decoder layer l starts from encoder layer l's final forward
+    and backward states concatenated, its cell state as well as its hidden state (the encoder's
+    final states taken here from its own stack, run on the embeddings with the real lengths)."""
+    model = tiny_rnn("multiplicative")
+    source = random_tokens(2, 5)
+    source[1, 3:] = PAD
+    target = torch.cat([torch.full((2, 1), BOS), random_tokens(2, 3, seed=4)], dim=1)
+    initial_states = []
+    hooks = [lstm.register_forward_pre_hook(lambda module, args: initial_states.append(args[1]))
+             for lstm in model.decoder.layers]
+    with torch.no_grad():
+        _, (hidden, cell) = model.encoder(model._embed(source, None), torch.tensor([5, 3]))
+        model.decoder_states(target, model.encode(source))
+    for hook in hooks:
+        hook.remove()
+    assert len(initial_states) == 2  # [layers * 2, B, d/2] -> per layer [1, B, d]
+    for layer, (first_hidden, first_cell) in enumerate(initial_states):
+        forward, backward = 2 * layer, 2 * layer + 1
+        assert torch.equal(first_hidden[0], torch.cat([hidden[forward], hidden[backward]], -1))
+        assert torch.equal(first_cell[0], torch.cat([cell[forward], cell[backward]], -1))
+
+
+def test_dropout_applies_between_stacked_lstms_and_to_the_attentional_state():
+    """Zaremba et al. 2014, as Luong et al. (module docstring): besides the embeddings, the
+    outputs of each LSTM layer below the top, in the encoder and the decoder, and h~_t before the
+    output projection are dropped: a share of about P_drop of their units is zero in what the
+    next step reads, the rest is the value computed over 1 - P_drop."""
+    p = 0.5
+    torch.manual_seed(0)
+    config = ModelConfig(architecture="rnn", layers=2, d_model=16, dropout=p)
+    model = build_model(config, VOCAB).train()
+    source, target = random_tokens(4, 6), random_tokens(4, 5, seed=2)
+    computed, read = {}, {}  # what a layer computes, what the next one reads
+    hooks = [model.combine.register_forward_hook(
+        lambda module, args, output: computed.__setitem__("attentional state", output.tanh()))]
+    for name, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+        hooks.append(stack.layers[0].register_forward_hook(
+            lambda module, args, output, name=name: computed.__setitem__(name, output[0].data)))
+        hooks.append(stack.layers[1].register_forward_pre_hook(
+            lambda module, args, name=name: read.__setitem__(name, args[0].data)))
+    with torch.no_grad():  # (the encoder's LSTMs read packed sequences: their .data)
+        read["attentional state"] = model.decoder_states(target, model.encode(source))
+    for hook in hooks:
+        hook.remove()
+    assert computed.keys() == read.keys() == {"encoder", "decoder", "attentional state"}
+    for name, values in read.items():
+        kept = values != 0
+        assert 0.35 < kept.double().mean().item() < 0.65, name
+        assert torch.allclose(values[kept], computed[name][kept] / (1 - p), atol=1e-6), name
+
+
+def test_parameters_start_uniform_in_plus_minus_a_tenth_and_the_embedding_normal():
+    """Luong et al. section 4.1: every parameter but the shared embedding uniform in [-0.1, 0.1]
+    (mean 0, standard deviation 0.1 / sqrt 3); the embedding N(0, d_model^-0.5) as the
+    Transformer's (module docstring)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(architecture="rnn", layers=2, d_model=64), 1000)
+    uniform = []
+    for name, parameter in model.named_parameters():
+        values = parameter.detach().flatten().double()
+        if name == "embedding.weight":
+            assert abs(values.mean().item()) < 0.005
+            assert abs(values.std().item() / 64**-0.5 - 1) < 0.02
+        else:
+            assert values.abs().max().item() <= 0.1, name
+            assert values.min().item() < -0.05 and values.max().item() > 0.05, name
+            uniform.append(values)
+    uniform = torch.cat(uniform)
+    assert uniform.numel() > 50_000
+    assert abs(uniform.mean().item()) < 0.002
+    assert abs(uniform.std().item() / (0.1 / 3**0.5) - 1) < 0.02
+
+
+def test_the_additive_score_is_v_a_transposed_times_tanh_of_w1_query_plus_w2_key():
+    """Bahdanau et al. (2015) appendix A.1.2 with Luong's query h_t: score(h_t, h_s) =
+    v_a^T tanh(W_1 h_t + W_2 h_s), softmax over the real source positions; by hand."""
+    model = tiny_rnn("additive")
+    source = random_tokens(2, 6)
+    source[0, 2:] = PAD
+    encoded = model.encode(source)
+    queries = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        weights = model.attention.weights(queries, encoded.keys, encoded.padding)
+    attention = model.attention
+    W_1, W_2 = attention.query_projection.weight, attention.key_projection.weight
+    v_a = attention.vector.weight[0]
+    for row, length in enumerate([2, 6]):
+        h_s = encoded.memory[row, :length]
+        scores = torch.tanh((queries[row] @ W_1.T)[:, None] + (h_s @ W_2.T)[None]) @ v_a
+        assert torch.allclose(weights[row, :, :length], torch.softmax(scores, dim=-1), atol=1e-6)
+    assert weights[0, :, 2:].abs().max() == 0
