@@ -1,6 +1,7 @@
 """Beam search against exhaustive search and greedy decoding on a tiny random model."""
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -361,3 +362,168 @@ def test_a_search_step_on_static_shapes_updates_its_state_in_place_reading_nothi
     assert reads.count == 0
     assert addresses() == before
     assert int(search.step) == int(search.cache.position) == 3
+
+
+def reference_beam_search(model: Seq2Seq, source_ids: list[int], beam: int, alpha: float,
+                          max_length_offset: int) -> list[int]:
+    """Section 6.1's search as the module's docstring states it, written plainly for one sentence:
+    the live prefixes scored by the decoder without a cache, in float64, run to the length limit
+    (no early stop: it is claimed exact, so it changes no result). Each step extends the live
+    hypotheses by every token (PAD and BOS never; only EOS at the limit, source length + offset)
+    and takes the 2 x beam best; those among the first ``beam`` ending with EOS finish, scored
+    log p / ((5 + |Y|) / 6) ** alpha; the ``beam`` best others stay alive."""
+    max_length = len(source_ids) + max_length_offset
+    alive: list[tuple[float, list[int]]] = [(0.0, [])]
+    finished: list[tuple[float, list[int]]] = []
+    for step in range(1, max_length + 1):
+        prefixes = torch.tensor([[BOS] + tokens for _, tokens in alive])  # all step long
+        with torch.no_grad():
+            encoded = model.encode(torch.tensor([source_ids] * len(alive)))
+            logits = model.decode(prefixes, encoded)[:, -1]
+        candidates = []
+        for (score, tokens), log_probs in zip(alive, torch.log_softmax(logits.double(), dim=-1),
+                                              strict=True):
+            candidates += [(score + log_prob, tokens + [token])
+                           for token, log_prob in enumerate(log_probs.tolist())
+                           if token not in (PAD, BOS) and (step < max_length or token == EOS)]
+        candidates = sorted(candidates, key=lambda candidate: -candidate[0])[: 2 * beam]
+        finished += [(score / ((5 + step) / 6) ** alpha, tokens)
+                     for rank, (score, tokens) in enumerate(candidates)
+                     if tokens[-1] == EOS and rank < beam]
+        alive = [candidate for candidate in candidates if candidate[1][-1] != EOS][:beam]
+        if not alive:
+            break
+    return max(finished, key=lambda hypothesis: hypothesis[0])[1][:-1]
+
+
+def ending_likelier_with_length(model: Seq2Seq, per_position: float) -> Seq2Seq:
+    """``model`` with its EOS logit raised by ``per_position`` x the output position (counted from
+    1), with or without a cache: outputs then end at many lengths before their limit."""
+    decode = model.decode
+
+    def decode_ending(target: Tensor, encoded, cache: DecoderCache | None = None) -> Tensor:
+        start = 0 if cache is None else cache.length  # positions decoded before these
+        logits = decode(target, encoded, cache).clone()
+        positions = torch.arange(start + 1, start + target.size(1) + 1, dtype=logits.dtype)
+        logits[:, :, EOS] += per_position * positions
+        return logits
+
+    model.decode = decode_ending
+    return model
+
+
+@pytest.fixture
+def one_thread():
+    """The reference search runs a few hundred tiny forward passes: on one thread, where the
+    threads of a small, busy machine would spin against each other (seconds instead of 0.3 s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize(("seed", "per_position"), [(4, 0.3), (1, 1.0)])
+def test_the_default_search_equals_a_plain_reference_beam_search(seed, per_position):
+    """The paper's settings (beam 4, alpha 0.6, source length + 50), taken from the defaults, on a
+    padded batch: the same translations as the plain per-sentence search above. A wide beam finds
+    the exhaustive optimum with fewer rules than these; this checks the rules themselves (2 x beam
+    candidates, EOS finishing only among the first beam, alive refilled to the beam, the exact
+    early stop, each sentence's own length limit)."""
+    model = ending_likelier_with_length(peaky_model(seed), per_position)
+    batch = random_batch(seed, 6)
+    sentences = [row[row.ne(PAD)].tolist() for row in batch]
+    expected = [reference_beam_search(model, sentence, 4, 0.6, 50) for sentence in sentences]
+    assert len({len(tokens) for tokens in expected}) > 2
+    assert beam_search(model, batch) == expected
+
+
+def test_an_output_that_never_ends_by_itself_ends_at_source_length_plus_offset():
+    """EOS kept out of reach (its logit lowered by 100): every sentence runs to its own limit,
+    its real source tokens (EOS included) + ``max_length_offset`` output tokens, the last the EOS
+    forced there: exactly source length + offset - 1 words, whatever the padding beside it."""
+    model = peaky_model(8)
+    decode = model.decode
+    model.decode = lambda *args: decode(*args) - 100.0 * torch.eye(VOCAB)[EOS]
+    batch = random_batch(8, 5)
+    lengths = batch.ne(PAD).sum(dim=1).tolist()
+    assert len(set(lengths)) > 1
+    for offset in (1, 3, 50):
+        outputs = beam_search(model, batch, beam_size=4, alpha=0.6, max_length_offset=offset)
+        assert [len(output) for output in outputs] == [length + offset - 1 for length in lengths]
+
+
+class ScriptedModel:
+    """A stand-in for a model whose next-token probabilities are scripted: ``script(position,
+    last_token)`` gives them (a probability per vocabulary entry, PAD and BOS 0) for output
+    position ``position`` (from 1) after ``last_token``, with a cache or without one."""
+
+    config = SimpleNamespace(architecture="transformer", position_limit=None)
+
+    def __init__(self, script):
+        self.script = script
+
+    def eval(self) -> "ScriptedModel":
+        return self
+
+    def encode(self, source: Tensor) -> "ScriptedModel":
+        return self  # the script reads no source
+
+    def select(self, rows: Tensor) -> "ScriptedModel":
+        return self
+
+    def decode(self, target: Tensor, encoded, cache: DecoderCache | None = None) -> Tensor:
+        start = 0 if cache is None else cache.length
+        if cache is not None:
+            cache.advance(target.size(1))
+        return torch.tensor([[self.script(start + offset + 1, token)
+                              for offset, token in enumerate(row)]
+                             for row in target.tolist()]).clamp(min=1e-30).log()
+
+
+def probabilities(**by_token: float) -> list[float]:
+    """A distribution over the vocabulary from ``UNK=..., w4=..., w5=..., w6=..., EOS=...``."""
+    names = {"UNK": UNK, "w4": 4, "w5": 5, "w6": 6, "EOS": EOS}
+    distribution = [0.0] * VOCAB
+    for name, probability in by_token.items():
+        distribution[names[name]] = probability
+    assert sum(distribution) == pytest.approx(1.0)
+    return distribution
+
+
+CERTAIN = {name: probabilities(**{name: 1.0}) for name in ("w4", "w5", "EOS")}
+UNIFORM = probabilities(UNK=0.2, w4=0.2, w5=0.2, w6=0.2, EOS=0.2)
+
+
+def test_an_eos_among_the_best_candidates_does_not_shrink_the_beam():
+    """Beam 2, alpha 0.6. Step 1: w4 0.25, EOS 0.24, w5 0.23, UNK and w6 0.14. Of the 2 x 2 best
+    candidates EOS (rank 1) finishes the empty output, log 0.24 = -1.427, and the beam is refilled
+    with the next best that does not end: w4 and w5. After w5 EOS is certain: "w5 EOS" scores
+    log 0.23 / lp(2) = -1.470 / 1.0969 = -1.340, better than the empty output; after w4 every
+    token is 1/5 likely (-2.73 at best). Keeping only the top 2 candidates, or the first 2 whether
+    they end or not, leaves w4 alone alive and returns the empty output."""
+    def script(position: int, last: int) -> list[float]:
+        if position == 1:
+            return probabilities(w4=0.25, EOS=0.24, w5=0.23, UNK=0.14, w6=0.14)
+        return CERTAIN["EOS"] if last == 5 else UNIFORM
+
+    model, source = ScriptedModel(script), torch.tensor([[4, 4, EOS]])
+    assert beam_search(model, source, beam_size=2, alpha=0.6, max_length_offset=3) == [[5]]
+    assert reference_beam_search(model, [4, 4, EOS], 2, 0.6, 3) == [5]
+
+
+def test_the_early_stop_waits_for_a_live_hypothesis_that_can_still_win_at_the_length_limit():
+    """Beam 4, alpha 0.6, a source of 2 tokens and offset 3: at most 5 output tokens. Step 1: EOS
+    0.47 finishes the empty output at log 0.47 = -0.755; w4 0.37 stays alive at -0.994, after
+    which w4 then EOS are certain until the limit. Its best possible score is -0.994 / lp(5) =
+    -0.994 / 1.3587 = -0.732, above -0.755: the search must go on, and "w4 w4 w4 w4 EOS" wins
+    at -0.732. A bound from lp(4) = 1.2754 (-0.780) or from the current length would stop at
+    step 1 with the empty output."""
+    def script(position: int, last: int) -> list[float]:
+        if position == 1:
+            return probabilities(EOS=0.47, w4=0.37, UNK=0.16 / 3, w5=0.16 / 3, w6=0.16 / 3)
+        return CERTAIN["w4"] if position < 5 else CERTAIN["EOS"]
+
+    model, source = ScriptedModel(script), torch.tensor([[6, EOS]])
+    assert beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=3) == [[4] * 4]
+    assert reference_beam_search(model, [6, EOS], 4, 0.6, 3) == [4] * 4

@@ -203,3 +203,43 @@ def test_translations_are_tokenized_as_the_target_language_not_the_source(tmp_pa
     assert scores["tokenized_bleu"] == pytest.approx(expected)
     assert tokenized_bleu(["Sie kam am 3. Mai nach Hause."], ["Sie kam am 3. Juni nach Hause."],
                           "en") == pytest.approx(bleu_by_hand([8 / 9, 6 / 8, 4 / 7, 2 / 6], 9, 9))
+
+
+def test_score_translations_keeps_a_last_line_without_its_line_break(tmp_path):
+    """A file whose last line lacks its ``\\n`` still has that line: two hypotheses for two
+    references, both scored, as multi-bleu.perl scores the two tokenized, compound-split lines
+    (str.split("\\n") leaves no empty last item to drop there)."""
+    (tmp_path / "hyp.txt").write_text("a b c d\nein gutes Hotel-Bar hier")
+    (tmp_path / "ref.txt").write_text("a b c d\nein gutes Hotel-Restaurant hier\n")
+    scores = score_translations(tmp_path / "hyp.txt", tmp_path / "ref.txt", "de")
+    assert scores["sentences"] == 2
+    assert scores["tokenized_bleu"] == pytest.approx(
+        multi_bleu_brute_force(["a b c d", "ein gutes Hotel ##AT##-##AT## Bar hier"],
+                               ["a b c d", "ein gutes Hotel ##AT##-##AT## Restaurant hier"]))
+
+
+def test_the_experiments_compound_split_setting_reaches_the_tokenized_bleu(tmp_path):
+    """``scoring.compound_split: false`` (our EN-FR choice) scores without the ##AT## split, and
+    the scores record which it was: the hyphenated compound is then one wrong token, and no
+    3-gram matches (BLEU 0, where the split would give 53.73)."""
+    experiment = make_experiment()
+    unsplit = experiment.model_copy(update={
+        "scoring": experiment.scoring.model_copy(update={"compound_split": False})})
+    (tmp_path / "hyp.txt").write_text("ein gutes Hotel-Bar hier\n")
+    (tmp_path / "ref.txt").write_text("ein gutes Hotel-Restaurant hier\n")
+    split = task_scores(experiment, tmp_path / "hyp.txt", tmp_path / "ref.txt", None,
+                        tmp_path / "unused.trees")
+    assert split["tokenized_bleu"] == pytest.approx(53.73, abs=0.01)
+    assert split["tokenized_bleu_compound_split"] is True
+    scores = task_scores(unsplit, tmp_path / "hyp.txt", tmp_path / "ref.txt", None,
+                         tmp_path / "unused.trees")
+    assert scores["tokenized_bleu"] == 0.0
+    assert scores["tokenized_bleu_compound_split"] is False
+
+
+def test_without_the_compound_split_neither_side_is_split():
+    """With the split off, hypotheses and references are tokenized alike: an output identical to
+    its reference scores 100 whatever hyphens it holds (a reference split alone would leave
+    "Hotel-Restaurant" against "Hotel ##AT##-##AT## Restaurant")."""
+    lines = ["Das Hotel-Restaurant ist gut und das Bett-Sofa auch ."]
+    assert tokenized_bleu(lines, lines, "de", compound_split=False) == pytest.approx(100.0)

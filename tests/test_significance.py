@@ -15,8 +15,8 @@ from sacrebleu.significance import PairedTest
 
 from reproduce.provenance import trained_settings
 from reproduce.scoring.significance import (
-    _corpus_bleu, _percentile_interval, _seed_draws, _sentence_draws, _sentence_statistics,
-    compare_translations, two_level_bootstrap,
+    ALPHA, Comparison, _corpus_bleu, _percentile_interval, _seed_draws, _sentence_draws,
+    _sentence_statistics, compare_translations, two_level_bootstrap,
 )
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.render import render_tables
@@ -140,6 +140,15 @@ def test_the_draws_are_those_the_hand_computations_below_use():
     assert [draws.tolist() for draws in paired] == [[[0, 1], [0, 0]], [[0, 1], [0, 0]]]
     unpaired = _seed_draws([1, 2], [1, 3], 2, seed=4)
     assert [draws.tolist() for draws in unpaired] == [[[0, 1], [0, 0]], [[1, 0], [1, 0]]]
+
+
+def test_each_side_draws_as_many_seeds_as_it_has():
+    """Step 1 (Davison & Hinkley's top level): each replicate draws, with replacement, as many
+    seeds as the side was trained with, from its own seeds: three against two here (unpaired),
+    whose means then average 3 and 2 seeds."""
+    system, baseline = _seed_draws([1, 2, 3], [1, 2], 200, seed=0)
+    assert system.shape == (200, 3) and baseline.shape == (200, 2)
+    assert set(system.ravel().tolist()) == {0, 1, 2} and set(baseline.ravel().tolist()) == {0, 1}
 
 
 def test_paired_seeds_two_level_interval_by_hand():
@@ -439,3 +448,85 @@ def test_a_seed_decoded_but_not_yet_scored_stays_out_of_the_difference(tested_re
     render_tables(experiment, tested_results, tmp_path / "tables")
     a_h1 = pd.read_csv(tmp_path / "tables/table3.csv").set_index("variant").loc["A_h1"]
     assert a_h1["seeds"] == 2 and a_h1["ΔsacreBLEU vs base"] < 0  # seed 2 translates worse
+
+
+def test_bootstrap_bleu_is_sacrebleus_corpus_bleu_with_brevity_and_smoothing():
+    """The sentence statistics summed back into a corpus score are sacreBLEU's own corpus BLEU,
+    also where the systems the fixture builds never go (their outputs are as long as the
+    references and match 4-grams): hypotheses shorter than their references (brevity penalty
+    exp(1 - r/c), which swapping the two lengths would drop) and no 4-gram match in the whole
+    corpus (sacreBLEU's default ``exp`` smoothing, which unsmoothed BLEU would make 0), and
+    cased ("The" is not "the"). The interval is checked replicate by replicate against
+    resampled lists scored by sacrebleu.corpus_bleu, the draws being sacreBLEU's:
+    default_rng(seed).choice(n, (R, n))."""
+    references = ["the cat sat on the mat today .", "a dog barked at the old man .",
+                  "it rained all day long here ."]
+    system = ["The cat sat on a mat", "a dog barked", "it rained all day long"]
+    baseline = ["cat sat on mat", "the dog barked at him", "rain all day"]
+    for side in (system, baseline):
+        expected = sacrebleu.corpus_bleu(side, [references])
+        assert expected.sys_len < expected.ref_len
+        assert 0.0 < expected.score < 100.0
+    assert sacrebleu.corpus_bleu(baseline, [references]).counts[3] == 0  # smoothing decides
+    resamples, seed = 20, 3
+    result = compare_translations({1: system}, {1: baseline}, references, resamples=resamples,
+                                  seed=seed)
+    assert result.system_bleu == pytest.approx(sacrebleu.corpus_bleu(system, [references]).score)
+    assert result.baseline_bleu == pytest.approx(
+        sacrebleu.corpus_bleu(baseline, [references]).score)
+    draws = np.random.default_rng(seed).choice(3, size=(resamples, 3))
+
+    def bleu(side: list[str], drawn) -> float:
+        return sacrebleu.corpus_bleu([side[i] for i in drawn],
+                                     [[references[i] for i in drawn]]).score
+
+    replicates = sorted(bleu(system, drawn) - bleu(baseline, drawn) for drawn in draws)
+    assert result.interval == pytest.approx((replicates[0], replicates[-1]))  # 20 // 40 = 0
+
+
+def test_a_difference_is_significant_below_p_005_only():
+    """The conventional 95% level the tables mark (Koehn 2004 reports significance at 95%):
+    p = 0.049 is significant, p = 0.05 is not."""
+    common = {"system_bleu": 1.0, "baseline_bleu": 0.0, "difference": 1.0, "interval": (0.5, 1.5),
+              "resamples": 1000, "system_seeds": 1, "baseline_seeds": 1, "paired_seeds": True}
+    assert Comparison(p_value=0.049, **common).significant
+    assert not Comparison(p_value=0.05, **common).significant
+
+
+def test_seeds_pair_by_number_whatever_order_they_are_given_in():
+    """Seed n of one variant is paired with seed n of the other: the same result whichever order
+    each mapping lists its seeds in (here the system's seeds in reverse)."""
+    system = {1: _points(1, 2, 3), 2: _points(3, 4, 8)}
+    baseline = {1: _points(0, 1, 1), 2: _points(2, 2, 5)}
+    forward = two_level_bootstrap(system, baseline, _mean_points, resamples=2, seed=4)
+    reversed_order = two_level_bootstrap({2: system[2], 1: system[1]}, baseline, _mean_points,
+                                         resamples=2, seed=4)
+    assert reversed_order == forward
+    assert forward.paired_seeds
+
+
+def test_a_system_that_wins_some_sentences_and_loses_others_gets_sacrebleus_p_value(systems):
+    """The paired test's rule (sacreBLEU's, after Moses' bootstrap-hypothesis-difference-
+    significance.pl) counts the resamples whose absolute difference, centred on the mean absolute
+    difference, exceeds the observed one: the absolute value matters when the resampled
+    differences take both signs, which a system that only fixes sentences never gives. Here the
+    system fixes 15 of the baseline's wrong sentences and spoils 12 of its right ones: the same
+    p-value as sacreBLEU's paired bootstrap test (seed 12345, 1,000 resamples)."""
+    references, baseline = systems["references"], systems["baseline"]
+    rng = random.Random(2)
+    right = [index for index, line in enumerate(baseline) if line == references[index]]
+    spoiled = set(rng.sample(right, 12))
+    mixed = [_spoil(line, rng) if index in spoiled else line
+             for index, line in enumerate(systems["better"])]
+    result = compare_translations({1: mixed}, {1: baseline}, references)
+    with_seed = os.environ.copy()
+    os.environ["SACREBLEU_SEED"] = "12345"
+    try:
+        _, sacre = PairedTest([("baseline", baseline), ("system", mixed)], {"BLEU": BLEU()},
+                              [references], test_type="bs", n_samples=1000)()
+    finally:
+        os.environ.clear()
+        os.environ.update(with_seed)
+    assert result.interval[0] < 0.0 < result.interval[1]  # resampled differences of both signs
+    assert result.p_value == pytest.approx(sacre["BLEU"][1].p_value)
+    assert result.p_value > ALPHA

@@ -14,7 +14,8 @@ from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.decoding.beam_search import beam_search
-from reproduce.decoding.translate import cuda_matrix_products_in_tf32, translate_sentences
+from reproduce.decoding.translate import (_check_one_line_each, cuda_matrix_products_in_tf32,
+                                          translate_sentences)
 from reproduce.errors import DataError
 from reproduce.model.architectures import build_model
 from reproduce.special_tokens import BOS, EOS, PAD
@@ -246,3 +247,13 @@ def test_decoding_in_lower_precision_runs_the_products_in_it_and_the_scores_in_f
     assert set(seen) == {torch.bfloat16 if precision == "bf16" else torch.float16}
     assert len(lower) == len(fp32) and all(isinstance(line, str) for line in lower)
     assert sum(a == b for a, b in zip(lower, fp32, strict=True)) >= len(lines) // 2
+
+
+def test_a_translation_holding_a_line_break_is_refused_naming_its_line(tmp_path):
+    """One output line per input line: a translation that holds ``\\n`` of its own would shift
+    every later line against its reference, so it is an error naming the line, not a file."""
+    _check_one_line_each(["ein Haus", "zwei"], 2, tmp_path / "in.txt")  # fine
+    with pytest.raises(DataError, match=r"in\.txt line 2: its translation holds a line break"):
+        _check_one_line_each(["ein Haus", "zwei\nHäuser", "drei"], 3, tmp_path / "in.txt")
+    with pytest.raises(DataError, match=r"3 lines in, 2 translations out"):
+        _check_one_line_each(["ein Haus", "zwei"], 3, tmp_path / "in.txt")
