@@ -1,6 +1,7 @@
 """The pass runner (reproduce.training.pass_runner) is built from the settings: which attention,
 whether compiled, whether each pass shape's graph is captured."""
 
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
@@ -52,3 +53,16 @@ def test_a_step_hands_its_gradients_over_unless_it_replays_several_captured_pass
     overwrites the graphs' outputs, the previous pass's gradients among them."""
     trainer = SimpleNamespace(passes=SimpleNamespace(graphs=graphs))
     assert Trainer._hands_gradients_over(trainer, passes) is handed_over
+
+
+def test_only_the_last_pass_of_a_step_all_reduces_its_gradients_across_ranks():
+    """Several ranks: passes before a step's last keep their gradients on the rank (DDP's
+    ``no_sync``), so that the step's gradient is all-reduced once, summed over all its passes;
+    one rank has nothing to hold back."""
+    held = object()
+    parallel = SimpleNamespace(no_sync=lambda: held)
+    runner = SimpleNamespace(parallel=parallel)
+    assert PassRunner.gradients_held(runner, last=False) is held
+    assert isinstance(PassRunner.gradients_held(runner, last=True), nullcontext)
+    alone = SimpleNamespace(parallel=None)
+    assert isinstance(PassRunner.gradients_held(alone, last=False), nullcontext)

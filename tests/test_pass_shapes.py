@@ -20,7 +20,7 @@ from reproduce.model.dropout import step_key
 from reproduce.special_tokens import PAD
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint
 from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate, device_passes,
-                                         pass_shape, target_tokens)
+                                         packed_dummy_rows, pass_shape, target_tokens)
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.assembly import build_trainer
@@ -28,7 +28,8 @@ from reproduce.training.trainer import NonFiniteLossError
 from tests.test_batching import wmt_like_corpus
 from tests.test_packed_attention import attend_each_sequence
 from tests.test_training import _key_bias_masks
-from tests.training_fixtures import ROOT, TINY, random_corpus, small_variant
+from tests.training_fixtures import (ROOT, TINY, VOCAB, random_corpus, small_variant,
+                                     write_encoded)
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # what step_shapes.py imports beside it, as a script
@@ -395,3 +396,59 @@ def test_the_launch_count_sees_compiled_graphs_and_what_runs_outside_them():
     graphs, outside = step_shapes.compiled_graphs_and_launches(profiler.events())
     assert graphs == 1
     assert outside == {"aten::to": 1, "aten::add": 1}
+
+
+@pytest.mark.parametrize("packed_width", [None, 32], ids=["padded", "packed"])
+def test_a_bucketed_pass_weighs_exactly_its_pairs_target_tokens_where_the_sides_differ(
+        tmp_path, packed_width):
+    """The loss weight of a bucketed pass is 1 at each of its pairs' target tokens, in order,
+    and 0 at every dummy one (a PAD): the target side's layout, not the source side's, which
+    differs here, every target being three tokens longer than its source."""
+    rng = np.random.default_rng(4)
+    write_encoded(tmp_path / "c", VOCAB, [
+        (source, source[::-1] + [5, 6, 7])
+        for source in (rng.integers(4, VOCAB, rng.integers(2, 12)).tolist() for _ in range(40))])
+    corpus = EncodedCorpus.open(tmp_path / "c")
+    pairs = np.arange(3, 30)
+    shape = pass_shape(corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1,
+                       max_tokens=1024, multiple=8, packed_width=packed_width)
+    batch = collate(corpus, pairs, multiple=8, shape=shape)
+    plain = collate(corpus, pairs)
+    tokens = target_tokens(batch.target_output, batch.target_index)
+    real = batch.target_weight == 1
+    assert torch.all(batch.target_weight[~real] == 0) and torch.all(tokens[~real] == PAD)
+    assert tokens[real].tolist() == target_tokens(plain.target_output,
+                                                  plain.target_index).tolist()
+    assert int((~real).sum()) > 0  # dummy tokens there are
+
+
+def test_a_packed_bucket_gives_every_dummy_row_a_dummy_token_on_each_side():
+    """Packed buckets put their dummy tokens in dummy rows of their own, which need one on each
+    side: the side with more real tokens has fewer dummy tokens, so it decides. 10 pairs of
+    10 + 3 positions, quanta of 8, rows of 15 tokens: 104 tokens would leave the source side 4
+    dummy tokens for the 5 rows the target side's 74 need; 112 leave 12 for 6."""
+    shape = pass_shape(np.full(10, 10), np.full(10, 3), max_tokens=256, multiple=1,
+                       packed_width=16)
+    assert shape.tokens == 112
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        pairs = int(rng.integers(1, 20))
+        sizes = rng.integers(2, 17, pairs), rng.integers(2, 17, pairs)
+        shape = pass_shape(*sizes, max_tokens=512, multiple=8, packed_width=16)
+        real = (int(sizes[0].sum()), int(sizes[1].sum()))
+        rows = packed_dummy_rows(shape.tokens, real, shape.width)
+        assert shape.tokens - max(real) >= rows and rows <= shape.rows - pairs
+
+
+def test_a_padded_bucket_has_room_for_its_tokens_beside_its_dummy_rows_first_positions():
+    """A dummy row's first position holds no token (its EOS; BOS), so a padded bucket of
+    ``rows`` x ``width`` holds at most ``rows * width - (rows - pairs)`` tokens. 3 pairs of 8
+    positions, quanta of 32 tokens: 4 rows of 8 hold 31, too few for 32; 8 rows it takes."""
+    shape = pass_shape(np.full(3, 8), np.full(3, 8), max_tokens=1024, multiple=1)
+    assert (shape.rows, shape.width, shape.tokens) == (8, 8, 32)
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        pairs = int(rng.integers(1, 20))
+        shape = pass_shape(rng.integers(2, 30, pairs), rng.integers(2, 30, pairs),
+                           max_tokens=1024, multiple=8)
+        assert shape.tokens <= shape.rows * shape.width - (shape.rows - pairs)

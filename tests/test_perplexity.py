@@ -10,6 +10,7 @@ from reproduce.model.transformer import Transformer
 from reproduce.scoring.perplexity import checkpoint_perplexity
 from reproduce.special_tokens import BOS, EOS
 from reproduce.training.checkpoints import save_checkpoint
+from reproduce.training.evaluation import corpus_negative_log_likelihood
 from tests.training_fixtures import VOCAB, random_corpus
 
 
@@ -33,3 +34,16 @@ def test_perplexity_is_exp_of_the_mean_token_loss(tmp_path):
     result = checkpoint_perplexity(tmp_path / "model.pt", tmp_path / "dev", max_tokens=50)
     assert result["target_tokens"] == tokens
     assert result["perplexity"] == __import__("pytest").approx(math.exp(total / tokens), rel=1e-5)
+
+
+def test_the_dev_loss_of_a_training_model_is_computed_without_dropout(tmp_path):
+    """The trainer's dev loss is taken from a model in training mode: it is scored as in eval
+    mode (dropout 0.3 off), to the same sum, and the model is handed back training."""
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "dev", 20, seed=9))
+    torch.manual_seed(0)
+    config = ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.3)
+    model = Transformer(config, VOCAB).train()
+    while_training = corpus_negative_log_likelihood(model, corpus, 50, torch.device("cpu"))
+    assert model.training
+    expected = corpus_negative_log_likelihood(model.eval(), corpus, 50, torch.device("cpu"))
+    assert while_training == expected

@@ -262,3 +262,23 @@ def test_the_logged_gradient_norm_is_the_one_before_clipping(corpora, tmp_path):
         build_trainer(variant, TINY, *corpora, tmp_path / str(clip_norm)).run()
         norms[clip_norm] = _metrics(tmp_path / str(clip_norm))[0]["grad_norm"]
     assert norms[1e-3] == norms[None] > 1e-3
+
+
+@pytest.mark.parametrize(("capability", "expected"), [((7, 0), False), ((7, 5), False),
+                                                      ((8, 0), True), ((9, 0), True)])
+def test_bf16_units_start_at_compute_capability_8_0(monkeypatch, capability, expected):
+    """Ampere (8.0: A100) and later compute bf16 natively; a V100 (7.0) or T4 (7.5) does not,
+    so ``auto`` trains in fp16 there; a CPU has none."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert precision_module.has_bf16_units(torch.device("cuda")) is expected
+    assert precision_module.has_bf16_units(torch.device("cpu")) is False
+
+
+def test_a_steps_gradient_is_clipped_to_clip_norm_before_its_update(corpora, tmp_path):
+    """``training.clip_norm`` reaches the update: the gradient the optimizer stepped on has
+    norm clip_norm (torch divides by norm + 1e-6), where the step's own norm is far above it."""
+    variant = small_variant(steps=1, dropout=0.0, clip_norm=1e-3)
+    trainer = build_trainer(variant, TINY, *corpora, tmp_path)
+    trainer.run()
+    gradients = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+    assert torch.nn.utils.get_total_norm(gradients).item() == pytest.approx(1e-3, rel=1e-3)

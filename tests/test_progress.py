@@ -4,12 +4,14 @@ and an ETA from the last window's rate."""
 import logging
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from reproduce.training.checkpoints import latest_good_checkpoint, save_checkpoint
 from reproduce.stage_progress import format_duration
-from reproduce.training.progress import progress_line
+import reproduce.training.progress as progress_module
+from reproduce.training.progress import ThroughputWindow, progress_line
 from reproduce.training.assembly import build_trainer
 from tests.training_fixtures import TINY, random_corpus, small_variant
 
@@ -79,3 +81,16 @@ def test_elapsed_counts_the_segments_before_a_resume(corpora, tmp_path, caplog):
     (first, *_) = _progress_lines(caplog)
     assert first[1] == "4" and first[3].startswith("30d 00:")
     assert "d" not in first[4]
+
+
+def test_the_windows_rates_are_its_totals_over_its_seconds(monkeypatch):
+    """Tokens per second count both sides, target tokens per second the target side alone;
+    MFU is the window's FLOP/s over the peak: 2 steps in 4 seconds, by hand."""
+    window = ThroughputWindow(start=100.0)
+    window.add(source_tokens=30, target_tokens=50, flops=6 * 10**12)
+    window.add(source_tokens=10, target_tokens=30, flops=2 * 10**12)
+    monkeypatch.setattr(progress_module, "time", SimpleNamespace(monotonic=lambda: 104.0))
+    assert window.rates(peak_flops=4e12) == {
+        "target_tokens_per_second": 20.0, "tokens_per_second": 30.0, "steps_per_second": 0.5,
+        "model_tflops_per_second": 2.0, "mfu": 0.5}
+    assert "mfu" not in window.rates(peak_flops=None)

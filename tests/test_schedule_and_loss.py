@@ -77,3 +77,16 @@ def test_nll_is_the_unsmoothed_cross_entropy():
     expected = torch.nn.functional.cross_entropy(logits[0], targets[0], reduction="sum")
     assert tokens == 2 and loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert math.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("step", [1, 2000, 4000, 16000])
+def test_lr_scale_multiplies_the_whole_curve_of_eq_3(step):
+    """``training.lr_scale`` is a factor on eq. 3 at every step, in warm-up and decay alike."""
+    paper = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    assert learning_rate(step, 512, 4000, scale=2.5) == pytest.approx(2.5 * paper, rel=1e-12)
+
+
+def test_steps_count_from_one_so_a_step_0_is_refused():
+    """Eq. 3 at step 0 would divide by zero: the first update is step 1."""
+    with pytest.raises(ValueError, match="steps count from 1, got 0"):
+        learning_rate(0, 512, 4000)

@@ -2,6 +2,7 @@
 
 import json
 import random
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters
 
 from reproduce.averaging import average_checkpoints, average_last
+from reproduce.model.dropout import step_key
 from reproduce.special_tokens import PAD
 from reproduce.training import rng_state
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
@@ -300,3 +302,112 @@ def test_checkpoints_and_their_average_name_the_sentencepiece_model_of_the_data(
     for path in [*list_checkpoints(tmp_path / "run/checkpoints"), tmp_path / "run/train/final.pt",
                  tmp_path / "averaged.pt"]:
         assert load_checkpoint(path)["spm_model_sha256"] == "ab" * 32, path
+
+
+def test_a_steps_passes_draw_that_steps_dropout_keys_and_only_its_last_all_reduces(corpora,
+                                                                                    tmp_path):
+    """Dropout noise is a function of (seed, step, ...): every pass of step s is collated with
+    ``step_key(seed, s)``, a new key each step; and of a step cut into several passes, only the
+    last all-reduces its gradients across ranks (the others keep theirs until then)."""
+    variant = small_variant(steps=2, dropout=0.1, max_tokens_per_device=96)
+    trainer = build_trainer(variant, TINY, *corpora, tmp_path)
+    keys, lasts = [], []
+    collate_passes = trainer._collate_passes
+
+    def recording_collate_passes(group, key):
+        keys.append(key)
+        lasts.append([])
+        return collate_passes(group, key)
+
+    def recording_gradients_held(last):
+        lasts[-1].append(last)
+        return nullcontext()
+
+    trainer._collate_passes = recording_collate_passes
+    trainer.passes.gradients_held = recording_gradients_held
+    trainer.run()
+    assert keys == [step_key(variant.training.seed, step) for step in (1, 2)]
+    assert keys[0] != keys[1]
+    assert all(len(passes) > 1 for passes in lasts)  # 300 tokens a step, at most 96 a pass
+    assert lasts == [[False] * (len(passes) - 1) + [True] for passes in lasts]
+
+
+def test_the_logged_training_loss_is_the_steps_mean_over_its_target_tokens(corpora, tmp_path):
+    """The ``train_loss`` of a step is its summed label-smoothed loss over its target tokens
+    (EOS included), not over its source tokens: here targets are two tokens longer than
+    sources, and the loss is computed again from the step's pairs in one padded batch."""
+    rng = np.random.default_rng(5)
+    pairs = [(source, source[::-1] + [5, 6]) for source in
+             (rng.integers(4, VOCAB, rng.integers(2, 12)).tolist() for _ in range(300))]
+    write_encoded(tmp_path / "train", VOCAB, pairs)
+    train, dev = tmp_path / "train", corpora[1]
+    variant = small_variant(steps=1, dropout=0.0, log_every_steps=1)
+    build_trainer(variant, TINY, train, dev, tmp_path / "run").run()
+    replay = build_trainer(variant, TINY, train, dev, tmp_path / "replay")
+    batch = collate(replay.train_corpus, np.concatenate(replay.stream.next_step()))
+    with torch.no_grad():
+        total, tokens = label_smoothed_loss(replay.model(batch.source, batch.target_input),
+                                            batch.target_output, variant.model.label_smoothing)
+    rows = [json.loads(line)
+            for line in (tmp_path / "run/train/metrics.jsonl").read_text().splitlines()]
+    (logged,) = [row["train_loss"] for row in rows if "train_loss" in row]
+    assert logged == pytest.approx(total.item() / tokens, rel=1e-5)
+    summary = json.loads((tmp_path / "run/train/summary.json").read_text())
+    assert summary["target_tokens"] == tokens  # and the sides are counted each as itself
+    assert summary["source_tokens"] == int(batch.source.ne(PAD).sum()) < tokens
+
+
+def test_the_ranks_shares_of_a_step_average_to_the_gradient_of_one_rank(corpora, tmp_path):
+    """A step's gradient does not depend on the ranks: each of 2 ranks back-propagates its
+    micro-batches' summed loss times world / (the step's target tokens), and
+    DistributedDataParallel averages the ranks' gradients; that average (taken by hand here,
+    each rank's trainer run alone) is the gradient one rank computes for the whole step."""
+    variant = small_variant(steps=1, dropout=0.1, clip_norm=None)
+
+    def gradients(folder, rank, world):
+        trainer = build_trainer(variant, TINY, *corpora, tmp_path / folder)
+        trainer.rank, trainer.world = rank, world
+        trainer._train_step()
+        return {name: parameter.grad for name, parameter in trainer.model.named_parameters()
+                if parameter.grad is not None}
+
+    one = gradients("one", 0, 1)
+    shares = [gradients(f"rank{rank}", rank, 2) for rank in (0, 1)]
+    assert all(shares[0].keys() == one.keys() == share.keys() for share in shares)
+    for name, gradient in one.items():
+        average = (shares[0][name] + shares[1][name]) / 2
+        assert torch.allclose(average, gradient, rtol=1e-4, atol=1e-7), name
+    assert not torch.allclose(shares[0]["embedding.weight"], one["embedding.weight"])  # halves
+
+
+def test_a_run_stopped_or_ended_off_the_save_grid_checkpoints_its_last_step(corpora, tmp_path):
+    """Checkpoints every 3 steps: a run asked to stop after step 4 still saves step 4, so that
+    the next segment goes on from there and no step is trained twice; the run's final step 5,
+    off the grid too, is saved as well (the checkpoints averaged end with it), and the dev loss
+    is measured at it, off the evaluation grid."""
+    variant = small_variant(steps=5, dropout=0.0)
+    build_trainer(variant, TINY, *corpora, tmp_path).run(stop_after_steps=4)
+    assert load_checkpoint(list_checkpoints(tmp_path / "checkpoints")[-1])["step"] == 4
+    resumed = build_trainer(variant, TINY, *corpora, tmp_path)
+    assert resumed.step == 4
+    resumed.run()
+    assert load_checkpoint(list_checkpoints(tmp_path / "checkpoints")[-1])["step"] == 5
+    metrics = (tmp_path / "train/metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in metrics]
+    assert [row["step"] for row in rows if "dev_loss" in row] == [4, 5]  # every 4, and the last
+
+
+def test_a_run_whose_last_step_is_checkpointed_but_unfinished_writes_its_final_model(corpora,
+                                                                                    tmp_path):
+    """A job stopped after saving its last step's checkpoint but before ``final.pt`` (the final
+    write, or its node, failing) is requeued: it resumes at ``training.steps``, trains nothing
+    and writes ``final.pt``, rather than refusing a checkpoint already at the last step."""
+    variant = small_variant(steps=3, dropout=0.0)
+    build_trainer(variant, TINY, *corpora, tmp_path).run()
+    final = _final(tmp_path)
+    (tmp_path / "train/final.pt").unlink()
+    again = build_trainer(variant, TINY, *corpora, tmp_path)
+    assert again.step == 3
+    assert again.run()["steps"] == 3
+    assert all(torch.equal(tensor, _final(tmp_path)["model"][name])
+               for name, tensor in final["model"].items())
