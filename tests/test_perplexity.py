@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from reproduce.config import ModelConfig
@@ -9,6 +10,7 @@ from reproduce.data.encoded import EncodedCorpus
 from reproduce.model.transformer import Transformer
 from reproduce.scoring.perplexity import checkpoint_perplexity
 from reproduce.special_tokens import BOS, EOS
+from reproduce.training import distributed
 from reproduce.training.checkpoints import save_checkpoint
 from reproduce.training.evaluation import corpus_negative_log_likelihood
 from tests.training_fixtures import VOCAB, random_corpus
@@ -47,3 +49,24 @@ def test_the_dev_loss_of_a_training_model_is_computed_without_dropout(tmp_path):
     assert model.training
     expected = corpus_negative_log_likelihood(model.eval(), corpus, 50, torch.device("cpu"))
     assert while_training == expected
+
+
+def test_ranks_share_the_corpus_so_their_summed_losses_are_the_whole_corpus(tmp_path,
+                                                                             monkeypatch):
+    """Across ranks each batch is scored by exactly one rank: the two ranks' sums (before the
+    all-reduce that adds them) are the one-rank loss and token count, never a half scored twice
+    nor the whole scored by each."""
+    corpus = EncodedCorpus.open(random_corpus(tmp_path / "dev", 30, seed=9))
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(layers=1, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8,
+                                    dropout=0.0), VOCAB)
+    cpu = torch.device("cpu")
+    whole = corpus_negative_log_likelihood(model, corpus, 40, cpu)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    shares = []
+    for rank in (0, 1):
+        monkeypatch.setattr(distributed, "rank", lambda rank=rank: rank)
+        shares.append(corpus_negative_log_likelihood(model, corpus, 40, cpu))
+    assert all(tokens > 0 for _, tokens in shares)
+    assert sum(tokens for _, tokens in shares) == whole[1]
+    assert sum(total for total, _ in shares) == pytest.approx(whole[0], rel=1e-6)

@@ -116,6 +116,17 @@ def test_tsv_sources(tmp_path):
     assert (tmp_path / "data/test.tgt").read_text() == "eins zwei\ndrei\n"
 
 
+def test_a_tsv_line_without_a_tab_is_an_error_naming_the_member_and_line(tmp_path):
+    """A TSV line holding one column cannot be paired: the error names the member, the line
+    and the source (not an IndexError from deep inside)."""
+    source = Source(name="europarl", url="file:x/europarl.tgz", format="tsv",
+                    source_member="corpus.tsv")
+    _downloaded(tmp_path / "dl", {"corpus.tsv": "one\teins\nno tab here\n"}, source)
+    with pytest.raises(DataError, match=r"member corpus\.tsv line 2 \(source 'europarl'\): "
+                                        r"expected a tab between source and target"):
+        prepare_split([source], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
+
+
 def test_an_unknown_format_is_rejected_before_any_download(tmp_path):
     config = tmp_path / "experiment.yaml"
     config.write_text("""
@@ -190,6 +201,97 @@ def test_only_newline_ends_a_sentence(tmp_path):
     report = prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
     assert report["sources"]["europarl"]["read"] == 3
     assert (tmp_path / "out/train.src").read_text() == "a b\nc d\ne f\n"
+
+
+def test_the_length_ratio_is_longer_over_shorter_either_way_and_inclusive_at_the_limit(tmp_path):
+    """``max_length_ratio`` compares the longer side with the shorter, whichever side that is:
+    2 against 3 tokens is exactly 1.5 and stays, 5 against 8 (1.6) goes, source longer or
+    target longer alike; a whitespace-only side is an empty side."""
+    _downloaded(tmp_path / "dl", {
+        "training/europarl-v7.de-en.en": "a b\na b c\na b c d e\na b c d e f g h\n \t \n",
+        "training/europarl-v7.de-en.de": "x y z\nx y\nt u v w x y z q\nt u v w x\nx\n",
+    })
+    report = prepare_split([_source()], "train", tmp_path / "dl", tmp_path / "out",
+                           Cleaning(max_tokens=250, max_length_ratio=1.5))
+    assert report["sources"]["europarl"] == {
+        "read": 5, "kept": 2, "dropped_length_ratio": 2, "dropped_empty": 1}
+    assert (tmp_path / "out/train.src").read_text() == "a b\na b c\n"
+    assert (tmp_path / "out/train.tgt").read_text() == "x y z\nx y\n"
+
+
+def test_dev_and_test_keep_every_pair_that_cleaning_would_drop(tmp_path):
+    """Dev and test are never filtered: an empty side, a side over ``max_tokens`` and a
+    length ratio over the limit are all kept, in order, as (normalised) lines; a dropped
+    reference would score a system on fewer sentences than the paper's test sets hold."""
+    _downloaded(tmp_path / "dl", {
+        "training/europarl-v7.de-en.en": "a b\n\na b c d e f\nk\n",
+        "training/europarl-v7.de-en.de": "x y\nw\n  \nu v w\n",
+    })
+    for split in ("dev", "test"):
+        report = prepare_split([_source()], split, tmp_path / "dl", tmp_path / split,
+                               Cleaning(max_tokens=3, max_length_ratio=1.0))
+        assert report["sources"]["europarl"] == {"read": 4, "kept": 4}, split
+        assert (tmp_path / split / f"{split}.src").read_text() == "a b\n\na b c d e f\nk\n"
+        assert (tmp_path / split / f"{split}.tgt").read_text() == "x y\nw\n\nu v w\n"
+
+
+def test_empty_sgm_segments_of_a_test_set_are_kept_in_place(tmp_path):
+    """An empty ``<seg>`` on either side of a newstest set is a pair like any other: kept, so
+    that the source and reference lines stay aligned and the set keeps its size."""
+    source = _source("sgm", source_member="test/src.sgm", target_member="test/ref.sgm")
+    _downloaded(tmp_path / "dl", {"test/src.sgm": sgm("srcset", ["a b", "", "c"]),
+                                  "test/ref.sgm": sgm("refset", ["x", "y z", " "])}, source)
+    report = prepare_split([source], "test", tmp_path / "dl", tmp_path / "out", Cleaning())
+    assert report["sources"]["europarl"] == {"read": 3, "kept": 3}
+    assert (tmp_path / "out/test.src").read_text() == "a b\n\nc\n"
+    assert (tmp_path / "out/test.tgt").read_text() == "x\ny z\n\n"
+
+
+@pytest.mark.parametrize(("form", "expected"), [
+    ("NFKC", "fine café 2 a b \u0308\n"),
+    ("NFC", "ﬁne café ² a b \u00a8\n"),
+    ("none", "ﬁne cafe\u0301 ² a b \u00a8\n"),
+])
+def test_each_unicode_form_is_applied_to_every_split_and_whitespace_is_collapsed_always(
+        tmp_path, form, expected):
+    """``unicode_normalization`` is the form each side is brought to: NFKC folds the ligature
+    and the superscript, NFC only composes e + combining acute, ``none`` keeps the text's own;
+    whitespace (a no-break space, U+2028, tabs, and the space NFKC makes of a diaeresis) is
+    collapsed whatever the form, after normalising, and dev is normalised as train is."""
+    line = "ﬁne caf\u0065\u0301 \u00b2\u00a0a\u2028\tb \u00a8\n"
+    _downloaded(tmp_path / "dl", {"training/europarl-v7.de-en.en": line,
+                                  "training/europarl-v7.de-en.de": line})
+    for split in ("train", "dev"):
+        prepare_split([_source()], split, tmp_path / "dl", tmp_path / "out",
+                      Cleaning(unicode_normalization=form))
+        assert (tmp_path / f"out/{split}.src").read_text() == expected
+        assert (tmp_path / f"out/{split}.tgt").read_text() == expected
+
+
+def test_sources_are_concatenated_in_order_and_counted_each_on_its_own(tmp_path):
+    """A split of several sources holds their pairs in the declared order; the report counts
+    each source apart (a source whose pairs were all dropped included) and ``kept`` is their
+    sum."""
+    first = _source()
+    second = Source(name="commoncrawl", url="file:x/commoncrawl.tgz", format="text",
+                    source_member="cc.en", target_member="cc.de")
+    _downloaded(tmp_path / "dl", {"training/europarl-v7.de-en.en": "a b\nc\n",
+                                  "training/europarl-v7.de-en.de": "x y\n\n"})
+    _downloaded(tmp_path / "dl", {"cc.en": "d e\nf\ng h i\n", "cc.de": "u v\nw\nz\n"}, second)
+    empty = Source(name="empty", url="file:x/empty.tgz", format="text",
+                   source_member="e.en", target_member="e.de")
+    _downloaded(tmp_path / "dl", {"e.en": "\n", "e.de": "n\n"}, empty)
+    report = prepare_split([first, second, empty], "train", tmp_path / "dl", tmp_path / "out",
+                           Cleaning(max_length_ratio=2.0))
+    assert report["sources"] == {
+        "europarl": {"read": 2, "kept": 1, "dropped_empty": 1},
+        "commoncrawl": {"read": 3, "kept": 2, "dropped_length_ratio": 1},
+        "empty": {"read": 1, "dropped_empty": 1},
+    }
+    assert report["kept"] == 3
+    assert json.loads((tmp_path / "out/train.report.json").read_text()) == report
+    assert (tmp_path / "out/train.src").read_text() == "a b\nd e\nf\n"
+    assert (tmp_path / "out/train.tgt").read_text() == "x y\nu v\nw\n"
 
 
 # --------------------------------------------------------------------------------------------

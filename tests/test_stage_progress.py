@@ -18,7 +18,8 @@ from reproduce.data.tiny_corpus import generate_corpus
 from reproduce.errors import ConfigError
 from reproduce.model.transformer import Transformer
 from reproduce.scoring.perplexity import checkpoint_perplexity
-from reproduce.stage_progress import StageProgress
+from reproduce import stage_progress
+from reproduce.stage_progress import StageProgress, interval_seconds
 from reproduce.training.checkpoints import save_checkpoint
 from tests.corpus_archives import wmt_like_members, write_tgz
 from tests.training_fixtures import VOCAB, random_corpus
@@ -130,3 +131,75 @@ def test_the_eta_is_the_items_left_at_the_rate_so_far():
     progress.done = 4
     assert progress.line(102.0) == ("stage: 4/10 items (40.0%), 2 items/s, elapsed 00:00:02, "
                                     "ETA 00:00:03, last progress 2 s ago")
+
+
+class _Clock:
+    """A monotonic clock that moves only when told: the progress lines' times, exactly."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_interval_is_30_seconds_when_the_variable_is_unset_or_empty(monkeypatch):
+    """The documented default: a line at least every 30 s unless told otherwise."""
+    monkeypatch.delenv("REPRODUCE_PROGRESS_SECONDS", raising=False)
+    assert interval_seconds() == 30.0
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "")
+    assert interval_seconds() == 30.0
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "2.5")
+    assert interval_seconds() == 2.5
+
+
+def test_items_log_a_line_once_per_interval_not_after_every_item(monkeypatch, caplog):
+    """With a 10 s interval, 25 items one second apart give the lines at 10 s and 20 s only:
+    each line restarts the interval."""
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "10")
+    clock = _Clock()
+    monkeypatch.setattr(stage_progress, "time", clock)
+    progress = StageProgress("stage", 25, "items", log)  # not entered: no timer thread
+    with caplog.at_level(logging.INFO, logger="tests.stage"):
+        for _ in range(25):
+            clock.now += 1.0
+            progress.update()
+    assert [record.getMessage().split(",")[0] for record in caplog.records] == [
+        "stage: 10/25 items (40.0%)", "stage: 20/25 items (80.0%)"]
+
+
+def test_last_progress_counts_from_the_last_item_not_from_the_start(monkeypatch):
+    """``last progress`` tells a slow item from a stuck stage: it is the time since the last
+    item ended, so it restarts at every update."""
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "1000")
+    clock = _Clock()
+    monkeypatch.setattr(stage_progress, "time", clock)
+    progress = StageProgress("stage", 10, "items", log)
+    clock.now = 5.0
+    progress.update(5)
+    assert progress.line(7.0) == ("stage: 5/10 items (50.0%), 0.714 items/s, elapsed 00:00:07, "
+                                  "ETA 00:00:07, last progress 2 s ago")
+
+
+def test_a_stage_that_fails_does_not_log_that_it_is_done(monkeypatch, caplog):
+    """The totals line ``done, N items`` is for a clean exit only: a stage that raised is not
+    reported done in the log a person reads."""
+    monkeypatch.setenv("REPRODUCE_PROGRESS_SECONDS", "1000")
+    with caplog.at_level(logging.INFO, logger="tests.stage"):
+        with pytest.raises(RuntimeError), StageProgress("failing", 3, "items", log) as progress:
+            progress.update()
+            raise RuntimeError("broken input")
+        with StageProgress("fine", 1, "items", log) as progress:
+            progress.update()
+    messages = [record.getMessage() for record in caplog.records]
+    assert not [message for message in messages if message.startswith("failing: done")]
+    assert [message for message in messages if message.startswith("fine: done, 1 items in ")]
+
+
+def test_a_stage_of_no_items_reports_without_a_share_or_an_error():
+    """An empty source sets a total of 0: its line says 0/0 with no percentage (never a
+    division by zero in the timer's thread)."""
+    progress = StageProgress("empty", 0, "pairs", log)
+    progress._start = progress._last_item = 100.0
+    assert progress.line(101.0) == ("empty: 0/0 pairs, 0 pairs/s, elapsed 00:00:01, ETA ?, "
+                                    "last progress 1 s ago")

@@ -5,6 +5,7 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
+from reproduce.data import tiny_corpus
 from reproduce.experiment_file import load_experiment
 from reproduce.data.tiny_corpus import (
     _TARGET_DETERMINERS, AMBIGUOUS_NOUNS, _english_plural, NATURE_CUES, TOWN_CUES, build_lexicon,
@@ -81,3 +82,18 @@ def test_only_a_few_percent_of_training_pairs_are_noisy_and_dev_and_test_are_cle
     changed = [(a, b) for a, b in zip(noisy["train"], clean["train"], strict=True) if a != b]
     assert all(a[0] == b[0] for a, b in changed)  # the source side is kept, the target spoiled
     assert 0.02 * 3000 <= len(changed) <= 0.06 * 3000
+
+
+def test_a_sentence_drawn_again_is_skipped_so_every_source_is_distinct(monkeypatch):
+    """Redrawing a sentence is rare with the real grammar, so it is forced here: with only 12
+    possible sentences, 6 train, 3 dev and 3 test pairs must be the 12, each once (no dev or
+    test sentence in train, none twice in a split)."""
+    def few_sentences(rng, lexicon):
+        number = rng.randrange(12)
+        return f"s{number} .", f"t{number} ."
+
+    monkeypatch.setattr(tiny_corpus, "generate_pair", few_sentences)
+    splits = generate_corpus(6, 3, 3, seed=1, noise=False)
+    sources = [source for split in ("train", "dev", "test") for source, _ in splits[split]]
+    assert sorted(sources) == sorted(f"s{number} ." for number in range(12))
+    assert [len(splits[split]) for split in ("train", "dev", "test")] == [6, 3, 3]

@@ -8,7 +8,8 @@ from pathlib import Path
 from reproduce.config import Cleaning, Source
 from reproduce.data.download import file_name
 from reproduce.data.prepare import prepare_split
-from reproduce.data.tiny_treebank import generate_treebank, write_tiny_treebank_archive
+from reproduce.data.tiny_treebank import (SECTIONS, archive_members, generate_treebank,
+                                          write_tiny_treebank_archive)
 from reproduce.parsing.trees import clean_tree, format_tree, leaves, read_trees
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,20 @@ def test_the_archive_prepares_through_ptb_sources(tmp_path):
     expected = [clean_tree(tree) for tree in generate_treebank(3000, 300, 300, seed=2017)["test"]]
     assert sources == [" ".join(leaves(tree)) for tree in expected]
     assert all(target.startswith("(S ") and target.endswith(" )S") for target in targets)
+
+
+def test_every_tree_lands_in_its_splits_sections_whatever_the_counts():
+    """Counts that do not divide evenly over the sections (45 train trees over 20 sections, 51
+    dev trees, more than a file's 50, and a single test tree) still put every tree, in order,
+    into a file of its split's sections, none of more than 50 trees."""
+    splits = generate_treebank(45, 51, 1, seed=5)
+    members = archive_members(splits)
+    by_split = {split: [] for split in SECTIONS}
+    for name in sorted(members):
+        section = name.split("/")[-2]
+        split = next(split for split, sections in SECTIONS.items() if section in sections)
+        trees = read_trees(members[name], name)
+        assert 1 <= len(trees) <= 50, name
+        by_split[split] += [format_tree(tree) for tree in trees]
+    assert by_split == {split: [format_tree(tree) for tree in trees]
+                        for split, trees in splits.items()}

@@ -13,9 +13,11 @@ from torch._dynamo.utils import counters
 from reproduce.averaging import average_checkpoints, average_last
 from reproduce.model.dropout import step_key
 from reproduce.special_tokens import PAD
-from reproduce.training import rng_state
-from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
+from reproduce.training import rng_state, run_records
+from reproduce.training.checkpoints import (CheckpointSchedule, list_checkpoints, load_checkpoint,
+                                           save_checkpoint)
 from reproduce.training.launch import launch_training
+from reproduce.training.run_records import RunRecords, RunTotals, StepOutcome, peak_flops_of
 from reproduce.training.assembly import build_trainer
 from reproduce.training.batching import collate
 from reproduce.training.loss import label_smoothed_loss
@@ -105,6 +107,92 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
         flops += replay.flops.training(source, target)
     assert (summary["source_tokens"], summary["target_tokens"]) == (sources, targets)
     assert summary["training_flops"] == flops
+
+
+def _outcome(loss, source_tokens, target_tokens, flops, padded_positions, passes):
+    return StepOutcome(applied=True, loss=loss, source_tokens=source_tokens,
+                       target_tokens=target_tokens, flops=flops,
+                       padded_positions=padded_positions, passes=passes,
+                       grad_norm=torch.tensor(1.0), gradient_finite=True, stop_asked=False)
+
+
+def _two_step_totals():
+    totals = RunTotals()
+    totals.add(_outcome(2.0, 30, 40, 1000, 100, 1.0))
+    totals.add(_outcome(1.5, 10, 20, 500, 40, 2.0))
+    totals.wall_seconds = 3.0
+    totals.last_losses["dev"] = 1.25
+    return totals
+
+
+def test_a_runs_summary_sums_its_steps_and_derives_rates_and_padding_from_them():
+    """Two hand-made steps: tokens, FLOPs, padded positions and passes add up; rates are per
+    wall second, means per step, the padding waste is the share of the padded positions that
+    hold no token (1 - 100 / 140), the last losses are the last step's and the dev loss."""
+    summary = _two_step_totals().summary(steps=2, peak_flops=1000.0)
+    assert summary == pytest.approx({
+        "source_tokens": 40, "target_tokens": 60, "wall_seconds": 3.0, "training_flops": 1500,
+        "padded_positions": 140, "skipped_steps": 0, "passes": 3.0,
+        "mean_source_tokens_per_step": 20.0, "mean_target_tokens_per_step": 30.0,
+        "mean_passes_per_step": 1.5, "target_tokens_per_second": 20.0,
+        "model_flops_per_second": 500.0, "mfu": 0.5, "final_train_loss": 1.5,
+        "final_dev_loss": 1.25, "padding_waste": 40 / 140,
+    })
+    assert RunTotals().summary(steps=0, peak_flops=None)["mfu"] is None
+
+
+def test_a_runs_totals_come_back_whole_from_their_state():
+    """A resumed run carries on the counters of the segments before it (a checkpoint holds
+    ``state()``): every counter and both last losses come back."""
+    totals = _two_step_totals()
+    totals.skipped_steps = 3
+    resumed = RunTotals()
+    resumed.load(json.loads(json.dumps(totals.state())))  # as a checkpoint stores it
+    assert resumed.state() == totals.state()
+    assert resumed.summary(2, None) == totals.summary(2, None)
+
+
+def test_the_peak_and_gpu_hours_of_a_run_count_every_rank(tmp_path, monkeypatch):
+    """MFU's peak is that of all the ranks together, and the GPU hours are wall hours times
+    the ranks; a CPU run has neither (no peak, 0 GPU hours)."""
+    monkeypatch.setattr(run_records, "device_name",
+                        lambda device: "Some GPU" if device.type == "cuda" else "cpu")
+    monkeypatch.setattr(run_records, "peak_flops",
+                        lambda name: 1e15 if name == "Some GPU" else None)
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert peak_flops_of(gpu, 4) == 4e15
+    assert peak_flops_of(cpu, 4) is None
+    totals = _two_step_totals()
+    totals.wall_seconds = 1800.0
+    final = {"settings": {}, "fingerprint": "f", "step": 2, "model": {}}
+    for device, hours in ((gpu, 1.0), (cpu, 0.0)):
+        records = RunRecords(tmp_path / device.type / "train", None, writes=True)
+        records.record(2, {"dev_loss": 1.25, "dev_perplexity": 3.49})
+        schedule = CheckpointSchedule(tmp_path / device.type / "checkpoints", 1, 0, 1)
+        summary = records.finish(final, schedule, {}, totals, device, world=2)
+        assert summary["gpu_hours"] == hours
+        assert summary["dev_curve"] == [{"step": 2, "dev_loss": 1.25, "dev_perplexity": 3.49}]
+        assert json.loads(records.summary_path.read_text()) == summary
+
+
+def test_only_the_writing_rank_records_metrics(tmp_path):
+    """Every rank holds a RunRecords, but only rank 0 (``writes``) appends to metrics.jsonl,
+    rewrites it on a resume and hands records to the tracker: two writers would tear it."""
+    handed = []
+    writer = RunRecords(tmp_path / "train", lambda metrics, step: handed.append((step, metrics)),
+                        writes=True)
+    other = RunRecords(tmp_path / "train", lambda metrics, step: handed.append((step, metrics)),
+                       writes=False)
+    other.record(1, {"train_loss": 9.0})
+    assert not writer.metrics_path.exists() and handed == []
+    for step in (1, 2, 3):
+        writer.record(step, {"train_loss": float(step)})
+    other.keep_until(1)
+    assert len(writer.metrics_path.read_text().splitlines()) == 3
+    writer.keep_until(2)
+    assert [json.loads(line) for line in writer.metrics_path.read_text().splitlines()] == [
+        {"step": 1, "train_loss": 1.0}, {"step": 2, "train_loss": 2.0}]
+    assert handed == [(step, {"train_loss": float(step)}) for step in (1, 2, 3)]
 
 
 def test_a_steps_gradient_is_that_of_its_summed_loss_over_its_target_tokens(corpora, tmp_path):
