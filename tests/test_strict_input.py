@@ -95,6 +95,14 @@ def test_an_exponent_without_a_dot_is_a_float(tmp_path):
     assert experiment.training.adam_eps == 1e-9
 
 
+def test_an_exponent_without_a_sign_is_a_float(tmp_path):
+    """``9.5e12`` (the paper's P100 rate) has no exponent sign: YAML 1.1 reads it as a string,
+    which the strict float field would refuse; the loader reads it as YAML 1.2 does."""
+    experiment = load_experiment(_tiny_with(tmp_path, TINY.replace(
+        "tables:\n", "tables:\n  gpu_flops_per_second: 9.5e12\n")))
+    assert experiment.tables.gpu_flops_per_second == 9.5e12
+
+
 def test_a_non_utf8_experiment_file_names_the_file_and_the_line(tmp_path):
     described = "    description: the tiny analogue of the base model"
     text, line = TINY.replace(described, described + " \udcff"), _line_of(TINY, described)

@@ -115,6 +115,7 @@ def _tiny_with(tmp_path, **training) -> str:
 @pytest.mark.parametrize("steps, every_steps, every_minutes, saved", [
     (10, 8, 10, 2),  # step 8 and the final step; wall-clock saves are not counted
     (16, 8, 0, 2),  # on the grid, but two saves
+    (32, 8, 0, 4),  # one save short of average_last: the bound itself is refused
 ])
 def test_too_few_checkpoints_to_average_are_refused_naming_the_keys(
         tmp_path, steps, every_steps, every_minutes, saved):
