@@ -2,7 +2,6 @@
 implementation and sacreBLEU's own paired test, on constructed systems whose difference is
 known, and in the tables that print it."""
 
-import os
 import random
 from pathlib import Path
 
@@ -99,24 +98,26 @@ def test_swapping_the_systems_flips_the_difference_and_keeps_the_p_value(systems
     assert backward.p_value == forward.p_value
 
 
-def test_with_one_seed_a_side_it_is_sacrebleus_paired_bootstrap(systems):
+def sacrebleus_paired_bootstrap(baseline, system, references, monkeypatch):
+    """sacreBLEU's own paired bootstrap test (1,000 resamples, seed 12345, the one ours uses):
+    its (baseline, system) results."""
+    monkeypatch.setenv("SACREBLEU_SEED", "12345")
+    _, sacre = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()},
+                          [references], test_type="bs", n_samples=1000)()
+    return sacre["BLEU"]
+
+
+def test_with_one_seed_a_side_it_is_sacrebleus_paired_bootstrap(systems, monkeypatch):
     """sacreBLEU's test draws the same sentences from the same seed: its p-value is ours, on a
     difference small enough that the p-value is not the smallest one possible."""
     for system in ("slightly_better", "better"):
         result = compare_translations({1: systems[system]}, {1: systems["baseline"]},
                                       systems["references"])
-        with_seed = os.environ.copy()
-        os.environ["SACREBLEU_SEED"] = "12345"
-        try:
-            _, sacre = PairedTest([("baseline", systems["baseline"]), ("system", systems[system])],
-                                  {"BLEU": BLEU()}, [systems["references"]], test_type="bs",
-                                  n_samples=1000)()
-        finally:
-            os.environ.clear()
-            os.environ.update(with_seed)
-        assert result.p_value == pytest.approx(sacre["BLEU"][1].p_value), system
-        assert result.system_bleu == pytest.approx(sacre["BLEU"][1].score)
-        assert result.baseline_bleu == pytest.approx(sacre["BLEU"][0].score)
+        sacre_baseline, sacre_system = sacrebleus_paired_bootstrap(
+            systems["baseline"], systems[system], systems["references"], monkeypatch)
+        assert result.p_value == pytest.approx(sacre_system.p_value), system
+        assert result.system_bleu == pytest.approx(sacre_system.score)
+        assert result.baseline_bleu == pytest.approx(sacre_baseline.score)
         assert not result.covers_training
     assert 0.01 < compare_translations({1: systems["slightly_better"]}, {1: systems["baseline"]},
                                        systems["references"]).p_value < 1.0
@@ -505,7 +506,8 @@ def test_seeds_pair_by_number_whatever_order_they_are_given_in():
     assert forward.paired_seeds
 
 
-def test_a_system_that_wins_some_sentences_and_loses_others_gets_sacrebleus_p_value(systems):
+def test_a_system_that_wins_some_sentences_and_loses_others_gets_sacrebleus_p_value(
+        systems, monkeypatch):
     """The paired test's rule (sacreBLEU's, after Moses' bootstrap-hypothesis-difference-
     significance.pl) counts the resamples whose absolute difference, centred on the mean absolute
     difference, exceeds the observed one: the absolute value matters when the resampled
@@ -519,14 +521,7 @@ def test_a_system_that_wins_some_sentences_and_loses_others_gets_sacrebleus_p_va
     mixed = [_spoil(line, rng) if index in spoiled else line
              for index, line in enumerate(systems["better"])]
     result = compare_translations({1: mixed}, {1: baseline}, references)
-    with_seed = os.environ.copy()
-    os.environ["SACREBLEU_SEED"] = "12345"
-    try:
-        _, sacre = PairedTest([("baseline", baseline), ("system", mixed)], {"BLEU": BLEU()},
-                              [references], test_type="bs", n_samples=1000)()
-    finally:
-        os.environ.clear()
-        os.environ.update(with_seed)
+    _, sacre_system = sacrebleus_paired_bootstrap(baseline, mixed, references, monkeypatch)
     assert result.interval[0] < 0.0 < result.interval[1]  # resampled differences of both signs
-    assert result.p_value == pytest.approx(sacre["BLEU"][1].p_value)
+    assert result.p_value == pytest.approx(sacre_system.p_value)
     assert result.p_value > ALPHA
