@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproduce.config import ConfigError, deep_merge
+from reproduce.config import (CheckpointConfig, ConfigError, DecodingConfig, ModelConfig,
+                              TrainingConfig, deep_merge)
 from reproduce.provenance import differing_settings, trained_settings
 from reproduce.experiment_file import load_experiment
 
@@ -465,8 +466,6 @@ def test_the_schemas_defaults_are_the_papers_base_model_training_and_decoding():
     """An experiment file that leaves a section out gets the paper's values (Table 3's base row,
     sections 5.2-5.4 and 6.1), checkpoints every 10 minutes included: the defaults are the
     paper's, not only what the shipped files happen to set."""
-    from reproduce.config import CheckpointConfig, DecodingConfig, ModelConfig, TrainingConfig
-
     m = ModelConfig()
     assert (m.layers, m.d_model, m.d_ff, m.heads, m.d_k, m.d_v, m.dropout, m.label_smoothing,
             m.positional, m.attention_radius, m.attention_dropout) == (
