@@ -14,6 +14,7 @@ from packaging.version import Version
 from submitit.core.utils import DelayedSubmission, FailedJobError
 
 from reproduce.config import ConfigError
+from reproduce.errors import UsageError
 from reproduce.training.interruption import STOP_REQUEST, STOP_WITH
 from reproduce.training.launch import launch_training
 from reproduce.training.slurm_request import SlurmRequest, parse_request
@@ -105,12 +106,15 @@ def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
 def refusing_sbatch(tmp_path, monkeypatch):
     """An ``sbatch`` first on the PATH that takes no job: submitit writes the job's sbatch script
     and pickled task into the submitit folder, then fails, so that what a submission would ask
-    Slurm for can be read without a cluster."""
+    Slurm for can be read without a cluster (an ``srun`` beside it, which submitit and the
+    launcher look for and which never runs)."""
     folder = tmp_path / "bin"
     folder.mkdir()
     (folder / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: no cluster in tests' >&2\n"
                                    "exit 1\n")
-    (folder / "sbatch").chmod(0o755)
+    (folder / "srun").write_text("#!/bin/sh\nexit 1\n")
+    for command in ("sbatch", "srun"):
+        (folder / command).chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
@@ -172,3 +176,16 @@ def test_slurm_ranks_without_gpus_must_divide_a_step_too(tmp_path, refusing_sbat
         launch_training(TINY, small_variant(steps=2), *corpus_pair(tmp_path, 20), tmp_path / "v",
                         tmp_path, launcher="slurm", slurm=SlurmRequest(tasks_per_node=3))
     assert not (tmp_path / "v/submitit").exists()
+
+
+def test_without_slurm_commands_the_slurm_launcher_is_refused_before_setting_the_run_aside(
+        tmp_path, monkeypatch):
+    """On a machine with no ``sbatch`` and ``srun`` (not a Slurm login node), one line says so
+    and names the local launcher, instead of submitit's traceback; a restart sets nothing aside
+    for a job that could never be submitted."""
+    (tmp_path / "variant/checkpoints").mkdir(parents=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))
+    with pytest.raises(UsageError, match="needs sbatch and srun on the PATH.*local launcher"):
+        launch_training(TINY, small_variant(steps=2), *corpus_pair(tmp_path / "corpora", 20),
+                        tmp_path / "variant", tmp_path, launcher="slurm", restart=True)
+    assert sorted(path.name for path in (tmp_path / "variant").iterdir()) == ["checkpoints"]

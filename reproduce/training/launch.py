@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ import torch
 
 from reproduce.config import Experiment, ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
-from reproduce.errors import ConfigError, ReproduceError
+from reproduce.errors import ConfigError, ReproduceError, UsageError
 from reproduce.files import write_text_whole
 from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
@@ -223,6 +224,19 @@ def _check_partition(variant: ResolvedVariant, ranks: int, launcher: Launcher) -
         )
 
 
+def _check_slurm_commands(launcher: Launcher) -> None:
+    """The slurm launcher submits with ``sbatch`` and starts the ranks with ``srun``: without
+    them (not a Slurm login node) it fails here, before a restart sets the run aside, rather than
+    in submitit's traceback."""
+    missing = [name for name in ("sbatch", "srun") if shutil.which(name) is None]
+    if launcher == "slurm" and missing:
+        raise UsageError(
+            f"the slurm launcher needs {' and '.join(missing)} on the PATH, which this machine "
+            "lacks: run from a Slurm login node, or use the local launcher (the pipeline config's "
+            "training.launcher, or reproduce train --launcher local)"
+        )
+
+
 def local_gpus() -> dict:
     """The local executor's GPU parameters that hand its tasks the GPUs this process sees.
 
@@ -264,6 +278,7 @@ def launch_training(
     from reproduce.tracking import prepare_store
 
     _check_partition(variant, _ranks(launcher, tasks, slurm), launcher)
+    _check_slurm_commands(launcher)
     # Refuses a URI that cannot work, in seconds, before training; a silent server is a warning.
     prepare_store(results_dir, wait_for_server=True)
     check_not_empty(train_dir, "train")
