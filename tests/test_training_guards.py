@@ -16,7 +16,8 @@ from reproduce.experiment_file import load_experiment
 from reproduce.training.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from reproduce.training.launch import launch_training
 from reproduce.training.assembly import build_trainer
-from reproduce.training.trainer import NonFiniteLossError
+from reproduce.training.run_records import StepOutcome
+from reproduce.training.trainer import NonFiniteLossError, check_finite
 from tests.test_faults import ENVIRONMENT, _run_status, _trainer_process, _wait_for
 from tests.training_fixtures import TINY, ROOT, corpus_pair, small_variant, write_encoded
 from tests.training_fixtures import one_torch_thread  # noqa: F401 (autouse: one torch thread)
@@ -75,6 +76,22 @@ def test_an_update_of_a_finite_loss_but_non_finite_gradient_is_never_applied(cor
         assert torch.equal(tensor, before[name]), name
     for state, moment in zip(trainer.optimizer.state.values(), moments, strict=True):
         assert torch.equal(state["exp_avg"], moment) and int(state["step"]) == 2
+
+
+@pytest.mark.parametrize(("loss", "gradient_finite", "stops"), [
+    (2.5, True, False), (float("nan"), True, True), (float("inf"), False, True),
+    (2.5, False, True)])
+def test_either_a_non_finite_loss_or_gradient_stops_the_run(loss, gradient_finite, stops):
+    """Each alone is divergence. Without the stop, the trainer would retry a step whose
+    gradient stays non-finite, forever: the run above would only end at pytest's timeout."""
+    outcome = StepOutcome(True, loss, 10, 12, 1000, 0, 1.0,
+                          torch.tensor(2.0 if gradient_finite else float("inf")),
+                          gradient_finite, False)
+    if stops:
+        with pytest.raises(NonFiniteLossError, match=r"^step 7: .*\(bf16\): training diverged"):
+            check_finite(outcome, 7, "bf16")
+    else:
+        check_finite(outcome, 7, "bf16")
 
 
 def test_a_non_finite_loss_ends_the_mlflow_run_failed(corpora, tmp_path, monkeypatch):
