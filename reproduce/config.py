@@ -49,9 +49,11 @@ class Source(Strict):
     sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$",
         description="The file's SHA-256 (64 lowercase hex digits), checked before it is used; a "
-                    "mismatching download is moved aside to `<name>.corrupt`. null: only its "
-                    "length is checked (with a warning), and a server that sends no length is "
-                    "refused.")
+                    "mismatching download is moved aside to `<name>.corrupt`. It names the data: "
+                    "the url may then change (a mirror, https, a new signature) without a new "
+                    "download, preparation or training. null: the url names the data, and only "
+                    "the file's length is checked (with a warning); a server that sends no length "
+                    "is refused.")
     format: Literal["text", "sgm", "tsv", "ptb"] = Field(
         default="text",
         description="How the members hold the pairs: text = one sentence a line, a file per "
@@ -91,6 +93,13 @@ class Source(Strict):
                 and (self.source_member is None) != (self.target_member is None)):
             raise ConfigError("give both source_member and target_member, or neither")
         return self
+
+    def identity(self) -> dict[str, Any]:
+        """The source as the data it gives, for the settings that say what a split was prepared
+        from and a model trained on: a declared sha256 fixes the file's bytes, so its url (moved
+        to a mirror, served over https, signed anew) is left out; without one, the url is all
+        that names the file."""
+        return self.model_dump(mode="json", exclude={"url"} if self.sha256 else None)
 
 
 def url_file_name(url: str) -> str:

@@ -3,7 +3,8 @@ tell whether a checkpoint, or a finished training, is of the run the experiment 
 
 *Trained settings* (:func:`trained_settings`) are every setting that shapes a variant's weights
 after a given number of steps: the model, the training settings (but :data:`NOT_TRAINED_ON`),
-the languages, the train and dev sources and their cleaning, and the BPE settings that make the
+the languages, the train and dev sources (a source pinned by its sha256 without its url:
+:meth:`reproduce.config.Source.identity`) and their cleaning, and the BPE settings that make the
 token ids. Test data and decoding are not part of them, nor are Slurm settings (the trainer makes
 every world size compute the same step). Their *fingerprint* is a short digest of them, stable
 across runs and machines: Snakemake's ``params`` for the train rule (``workflow/rules/
@@ -60,12 +61,15 @@ class StaleTrainingError(ConfigError):
 
 def trained_settings(variant: ResolvedVariant, experiment: Experiment) -> dict[str, Any]:
     """Every setting that shapes the weights of ``variant`` (of ``experiment``) after a given
-    number of steps, flat: ``{"model.dropout": 0.1, "data.train.0.url": ..., ...}``."""
+    number of steps, flat: ``{"model.dropout": 0.1, "data.train.0.sha256": ..., ...}``."""
+    data = experiment.data.model_dump(mode="json", exclude={"mirror_dir", "download", "test"})
+    for split in ("train", "dev"):
+        data[split] = [source.identity() for source in getattr(experiment.data, split)]
     sections: dict[str, Any] = {
         "model": variant.model.model_dump(mode="json"),
         "training": variant.training.model_dump(mode="json", exclude=set(NOT_TRAINED_ON)),
         "languages": [experiment.source_lang, experiment.target_lang],
-        "data": experiment.data.model_dump(mode="json", exclude={"mirror_dir", "download", "test"}),
+        "data": data,
         "bpe": experiment.bpe.model_dump(mode="json"),
     }
     flat: dict[str, Any] = {}

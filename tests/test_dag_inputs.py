@@ -288,6 +288,25 @@ def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_
         summary.write_text(original_summary)
 
 
+def test_a_pinned_corpus_at_another_url_replans_nothing(tree):
+    """Its sha256 names its bytes: a corpus moved to a mirror, served over https or signed anew
+    is the same data, so neither its download, its preparation nor the trainings on it are
+    replanned, and none is called stale."""
+    experiment_file = tree / "configs/tiny.yaml"
+    original = experiment_file.read_text()
+    try:
+        edited = yaml.safe_load(original)
+        for split in ("train", "dev", "test"):
+            for source in edited["data"][split]:
+                assert source["sha256"]
+                source["url"] = "https://mirror.example.org/wmt/tiny_corpus.tgz?signature=2"
+        experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+        jobs, output = _dry_run(tree)
+        assert jobs == {} and "Stale: " not in output, output[-3000:]
+    finally:
+        experiment_file.write_text(original)
+
+
 def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):
     """A summary that records no settings (written by hand, or cut short) cannot tell whether
     the experiment file was edited since it trained: every setting counts as changed, and the

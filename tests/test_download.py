@@ -79,6 +79,21 @@ def test_a_checksum_mismatch_names_both_hashes_and_keeps_the_file_aside(archive,
     assert len(server.seen) == 2
 
 
+def test_a_pinned_file_keeps_its_download_when_its_url_moves():
+    """Its sha256 names its bytes: another host or a new signature reuses the verified file. An
+    unpinned file's URL is all that names it, query string included (it may select the
+    content), and two sources of one URL but other digests never share a file."""
+    pinned = "a" * 64
+    assert (file_name(_source("https://www.statmt.org/wmt13/corpus.tgz", pinned))
+            == file_name(_source("https://mirror.example.org/corpus.tgz?sig=2", pinned)))
+    assert (file_name(_source("https://www.statmt.org/wmt13/corpus.tgz", pinned))
+            != file_name(_source("https://www.statmt.org/wmt13/corpus.tgz", "b" * 64)))
+    assert (file_name(_source("https://example.org/corpus.tgz?lang=de"))
+            != file_name(_source("https://example.org/corpus.tgz?lang=fr")))
+    assert (file_name(_source("https://example.org/corpus.tgz"))
+            != file_name(_source("https://example.org/corpus.tgz", pinned)))
+
+
 def test_a_mirror_folder_serves_offline_clusters(archive, tmp_path):
     path, digest = archive
     source = _source(f"http://127.0.0.1:9/{path.name}", digest)  # nothing listens there

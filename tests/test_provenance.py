@@ -57,3 +57,26 @@ def test_a_finished_training_keeps_the_digest_of_the_settings_it_was_trained_wit
     assert training_digest({"settings": current}, current) == fingerprint(current)
     assert training_digest(None, current) == fingerprint(current)
     assert fingerprint(recorded) != fingerprint(current)
+
+
+def _with_train_source(experiment, **update):
+    """The experiment with its first train source edited."""
+    train = [experiment.data.train[0].model_copy(update=update), *experiment.data.train[1:]]
+    return experiment.model_copy(
+        update={"data": experiment.data.model_copy(update={"train": train})})
+
+
+def test_a_source_pinned_by_its_sha256_is_the_same_data_at_another_url():
+    """A corpus moved to a mirror, served over https or signed anew is the same file when its
+    sha256 is declared: the trained model is not stale. Another sha256 is other data, and so is
+    another URL of a source that declares none (its URL is all that names its bytes)."""
+    experiment, variant = _tiny()
+    assert experiment.data.train[0].sha256 is not None
+    settings = trained_settings(variant, experiment)
+    moved = _with_train_source(experiment, url="https://mirror.example.org/c.tgz?sig=1")
+    assert trained_settings(variant, moved) == settings
+    repinned = _with_train_source(experiment, sha256="0" * 64)
+    assert trained_settings(variant, repinned) != settings
+    unpinned = _with_train_source(experiment, sha256=None)
+    unpinned_moved = _with_train_source(unpinned, url="https://mirror.example.org/c.tgz")
+    assert trained_settings(variant, unpinned_moved) != trained_settings(variant, unpinned)

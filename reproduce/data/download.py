@@ -68,8 +68,10 @@ def display_url(url: str) -> str:
 
 def file_name(source: Source) -> str:
     """The local name of ``source``'s download: ``<url file name>.<12 hex digits>``, the digits
-    keyed by the full URL and the declared sha256, so that distinct sources never share a file."""
-    key = hashlib.sha256(f"{source.url}\n{source.sha256 or ''}".encode()).hexdigest()[:12]
+    keyed by what names the file's content (:meth:`reproduce.config.Source.identity`): its
+    declared sha256, else its full URL. Distinct files never share a name, and a pinned file
+    whose URL moves keeps its download."""
+    key = hashlib.sha256((source.sha256 or source.url).encode()).hexdigest()[:12]
     return f"{url_file_name(source.url)}.{key}"
 
 

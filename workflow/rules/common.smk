@@ -298,7 +298,7 @@ def render_tables_command():
 
 def split_settings(dataset, split):
     data = EXPERIMENTS[dataset].data
-    sources = [source.model_dump(mode="json") for source in getattr(data, split)]
+    sources = [source.identity() for source in getattr(data, split)]
     return json.dumps(
         {"sources": sources, "cleaning": data.cleaning.model_dump(mode="json")}, sort_keys=True
     )
