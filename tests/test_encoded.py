@@ -1,9 +1,12 @@
 """Encoded splits read back (:mod:`reproduce.data.encoded`): sentence i is the tokens between
 offsets i and i + 1, and offsets that cannot mean that are refused by name."""
 
+import shutil
+
 import numpy as np
 import pytest
 
+from reproduce.data import encoded
 from reproduce.data.encoded import EncodedCorpus
 from reproduce.errors import DataError
 from tests.training_fixtures import write_encoded
@@ -55,6 +58,27 @@ def test_encoding_again_into_the_same_folder_replaces_the_split_whole(tmp_path):
     assert len(corpus) == 1
     assert (corpus.source(0).tolist(), corpus.target(0).tolist()) == ([1], [2, 3])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["encoded"]
+
+
+def test_killed_while_the_old_split_is_deleted_the_folder_holds_a_whole_split(tmp_path,
+                                                                              monkeypatch):
+    """A kill in the middle of deleting the split encoded before (a big one takes a while)
+    leaves the new split whole at the folder's name, not the old one in part."""
+    write_encoded(tmp_path / "encoded", vocab_size=20, pairs=PAIRS)
+    rmtree = shutil.rmtree
+
+    def killed_while_deleting(path, ignore_errors=False):
+        files = sorted(path.rglob("*.bin")) if path.exists() else []
+        if files:
+            files[0].unlink()
+            raise KeyboardInterrupt
+        rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(encoded.shutil, "rmtree", killed_while_deleting)
+    with pytest.raises(KeyboardInterrupt):
+        write_encoded(tmp_path / "encoded", vocab_size=20, pairs=[([1], [2, 3])])
+    corpus = EncodedCorpus.open(tmp_path / "encoded")
+    assert (len(corpus), corpus.source(0).tolist(), corpus.target(0).tolist()) == (1, [1], [2, 3])
 
 
 def test_a_meta_json_of_another_dtype_is_refused_naming_it(tmp_path):

@@ -76,8 +76,17 @@ class EncodedCorpusWriter:
                     np.concatenate([[0], np.cumsum(lengths)]))
         self.metadata["sentences"] = int(sum(len(chunk) for chunk in self.lengths["source"]))
         (self.temporary / "meta.json").write_text(json.dumps(self.metadata, indent=2) + "\n")
-        shutil.rmtree(self.out_dir, ignore_errors=True)
+        self._swap_into_place()
+
+    def _swap_into_place(self) -> None:
+        """The split encoded before (a rerun, other settings) is renamed aside, not deleted in
+        place: killed at any moment, the folder holds one split whole or none, never a part."""
+        previous = self.out_dir.with_name(self.out_dir.name + ".old")
+        shutil.rmtree(previous, ignore_errors=True)
+        if self.out_dir.exists():
+            self.out_dir.replace(previous)
         self.temporary.replace(self.out_dir)
+        shutil.rmtree(previous, ignore_errors=True)
 
 
 def _read_offsets(path: Path, sentences: int | None) -> np.ndarray:
