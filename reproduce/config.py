@@ -58,9 +58,10 @@ class Source(Strict):
         default="text",
         description="How the members hold the pairs: text = one sentence a line, a file per "
                     "side; sgm = WMT's SGML `<seg>` lines, a file per side; tsv = one file, source "
-                    "in column 0 and target in column 1; ptb = Penn Treebank trees (section 6.3), "
-                    "each cleaned tree giving a pair of its words and its linearisation (parsing "
-                    "experiments only).")
+                    "in column 0 and target in column 1 (a blank line, as between documents, is "
+                    "an empty pair, which cleaning drops from training data); ptb = Penn "
+                    "Treebank trees (section 6.3), each cleaned tree giving a pair of its words "
+                    "and its linearisation (parsing experiments only).")
     source_member: str | None = Field(
         default=None,
         description="The source side's file inside the archive (for tsv: the file of both "

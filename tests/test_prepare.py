@@ -127,6 +127,16 @@ def test_a_tsv_line_without_a_tab_is_an_error_naming_the_member_and_line(tmp_pat
         prepare_split([source], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
 
 
+def test_a_blank_tsv_line_is_an_empty_pair_that_cleaning_drops_and_counts(tmp_path):
+    """WMT's TSV corpora (news-commentary's, for one) mark where a document ends with a blank
+    line: it is no pair to train on, nor a reason to refuse the corpus."""
+    source = Source(name="news", url="file:x/news.tgz", format="tsv", source_member="corpus.tsv")
+    _downloaded(tmp_path / "dl", {"corpus.tsv": "one\teins\n\n \t \nzwei\ttwo\n"}, source)
+    report = prepare_split([source], "train", tmp_path / "dl", tmp_path / "out", Cleaning())
+    assert report["sources"]["news"] == {"read": 4, "dropped_empty": 2, "kept": 2}
+    assert (tmp_path / "out/train.tgt").read_text() == "eins\ntwo\n"
+
+
 def test_an_unknown_format_is_rejected_before_any_download(tmp_path):
     config = tmp_path / "experiment.yaml"
     config.write_text("""

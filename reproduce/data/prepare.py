@@ -146,7 +146,12 @@ def _label(archive: Path, member: str | None) -> str:
 
 
 def _read_tsv(path: Path, source: Source, label: str) -> Iterator[tuple[str, str]]:
+    """A blank line (WMT's TSV corpora separate documents with them) is a pair of two empty
+    sides, which cleaning drops and counts; any other line needs its tab."""
     for number, line in enumerate(iter_lines(path, label), start=1):
+        if not line.strip():
+            yield "", ""
+            continue
         columns = line.split("\t")
         if len(columns) < 2:
             raise DataError(
