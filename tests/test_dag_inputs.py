@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,10 @@ BASE = "results/tiny/base/seed-1"
 AFTER_AVERAGING = {"average": 1, "evaluate": 1, "summarize_variant": 1,
                    "final_tables": 1, "all": 1}
 TABLES_ONLY = {"final_tables": 1, "all": 1}
+AFTER_SCORING = {"summarize_variant": 1, "final_tables": 1, "all": 1}
+# Every training of the tree, and what follows it.
+AFTER_TRAINING = {"train": 3, "average": 3, "evaluate": 3, "summarize_variant": 3,
+                  "final_tables": 1, "all": 1}
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -99,14 +104,16 @@ def tree(tmp_path_factory) -> Path:
         for seed in seeds:
             (workdir / f"results/tiny/{variant}/seed-{seed}/train/metrics.jsonl").write_text(
                 '{"step": 1}\n')
-    _snakemake(workdir, "--touch", "all")  # mtimes in the DAG's order
+    # mtimes in the DAG's order, and every job's params recorded (rerun triggers)
+    _snakemake(workdir, "--touch", "--forceall", "all")
     assert _planned(workdir) == {}
     return workdir
 
 
 class _Changed:
     """Change (a line appended, a newer mtime: Snakemake skips a newer file whose checksum it
-    recorded unchanged) or delete (moved aside) one file, and put it back afterwards."""
+    recorded unchanged), rewrite (the same size, a newer mtime) or delete (moved aside) one file,
+    and put it back afterwards."""
 
     def __init__(self, path: Path, how: str):
         self.path, self.how = path, how
@@ -114,8 +121,9 @@ class _Changed:
     def __enter__(self):
         self.content = self.path.read_bytes()
         self.times = os.stat(self.path).st_atime_ns, os.stat(self.path).st_mtime_ns
-        if self.how == "change":
-            self.path.write_bytes(self.content + b"changed\n")
+        if self.how in ("change", "rewrite"):
+            if self.how == "change":
+                self.path.write_bytes(self.content + b"changed\n")
             os.utime(self.path, ns=(self.times[0], self.times[1] + 10**10))
         else:
             shutil.move(self.path, self.path.with_name(self.path.name + ".aside"))
@@ -131,6 +139,9 @@ class _Changed:
     ("train/checkpoints.json", "change", AFTER_AVERAGING),  # average reads the list it names
     ("train/summary.json", "change", TABLES_ONLY),  # the tables' parameters, FLOPs and curves
     ("bleu.json", "change", TABLES_ONLY),
+    ("translations/dev.last.txt", "change", TABLES_ONLY),  # Table 3's significance tests
+    ("scores/dev.last.json", "change", AFTER_SCORING),  # bleu.json's dev half...
+    ("scores/test.averaged.json", "change", AFTER_SCORING),  # ...and its test half
     ("train/metrics.jsonl", "change", {}),  # the live log: no finished job reads it...
     ("train/metrics.jsonl", "delete", {}),  # ...nor needs it (an undeclared input would be missing)
 ])
@@ -140,6 +151,122 @@ def test_a_changed_file_replans_exactly_the_jobs_that_read_it(tree, relative, ho
     assert planned == expected
     assert "variant=A_h1" not in stdout  # the other variant is left alone
     assert "seed=2" not in stdout  # and so is the base's other training
+
+
+def test_every_trainings_summary_and_scores_are_read_by_the_tables(tree):
+    """Not only the first training's: the other seed's and the other variant's summary and
+    scores, changed, replan the tables too."""
+    for training in ("results/tiny/base/seed-2", "results/tiny/A_h1/seed-1"):
+        for relative in ("train/summary.json", "bleu.json"):
+            with _Changed(tree / training / relative, "change"):
+                assert _planned(tree) == TABLES_ONLY, (training, relative)
+
+
+SPLITS = ("train", "dev", "test")
+
+
+def _wmt14_en_de_splits_planned(workdir: Path, *experiments: str) -> str:
+    """The printed dry run of EN-DE's prepared splits in a pipeline of ``experiments``."""
+    pipeline = yaml.safe_load((ROOT / "configs/pipelines/paper.yaml").read_text())
+    (workdir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline | {"experiments": [
+        f"configs/{name}.yaml" for name in experiments]}))
+    return _snakemake(workdir, "--dry-run", "--printshellcmds",
+                      *(f"results/wmt14_en_de/data/{split}.src" for split in SPLITS)).stdout
+
+
+def test_each_split_is_prepared_from_its_own_sources_downloads(tmp_path):
+    """WMT14 EN-DE's splits come from archives of their own (three for train): the plan makes
+    each split's prepare job wait for exactly its own sources' downloads."""
+    from reproduce.data.download import file_name
+    from reproduce.experiment_file import load_experiment
+
+    workdir = copy_workflow(tmp_path)
+    stdout = _wmt14_en_de_splits_planned(workdir, "wmt14_en_de")
+    planned = {split: sorted(inputs.split(", ")) for inputs, split in re.findall(
+        r"^rule prepare:\n    input: (.*)\n    output: results/wmt14_en_de/data/(\w+)\.src",
+        stdout, re.MULTILINE)}
+    data = load_experiment(workdir / "configs/wmt14_en_de.yaml").data
+    assert planned == {split: sorted(f"results/downloads/{file_name(source)}"
+                                     for source in getattr(data, split)) for split in SPLITS}
+    assert len(planned["train"]) == 3
+
+
+def test_an_experiment_added_to_the_pipeline_changes_no_download_of_the_others(tmp_path):
+    """EN-FR shares five archives with EN-DE, each downloaded once, for the first experiment
+    that lists it: EN-FR added to a pipeline of EN-DE leaves every download job of EN-DE as it
+    was (its params changed, Snakemake would download it again, and remake all that follows)."""
+    workdir = copy_workflow(tmp_path)
+    commands = [sorted(re.findall(r"^Shell command: python -m reproduce download .*$", stdout,
+                                  re.MULTILINE))
+                for stdout in (_wmt14_en_de_splits_planned(workdir, "wmt14_en_de"),
+                               _wmt14_en_de_splits_planned(workdir, "wmt14_en_de",
+                                                           "wmt14_en_fr"))]
+    assert len(commands[0]) == 5 and commands[1] == commands[0], commands
+
+
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_a_re_encoded_split_replans_every_training(tree, split):
+    """Training reads the encoded train split and the dev split it reports its dev loss on:
+    either one made again (its directory's newer timestamp) plans every training again."""
+    with _Changed(tree / f"results/tiny/encoded/{split}/.snakemake_timestamp", "change"):
+        assert _planned(tree) == AFTER_TRAINING
+
+
+@contextmanager
+def _experiment_edited(tree: Path, edit):
+    """The tree's experiment file with ``edit`` applied to its parsed content, then restored."""
+    experiment_file = tree / "configs/tiny.yaml"
+    original = experiment_file.read_text()
+    edited = yaml.safe_load(original)
+    edit(edited)
+    try:
+        experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+        yield
+    finally:
+        experiment_file.write_text(original)
+
+
+def test_raised_steps_replan_that_variants_trainings_alone(tree):
+    """training.steps is not among the settings the weights depend on (a longer run continues
+    from its last checkpoint): raised for one variant, both of its trainings are planned again,
+    with what follows them, and neither is stale; the other variant is left alone."""
+    with _experiment_edited(tree, lambda raw: raw["variants"]["base"]["training"].update(
+            steps=400)):
+        planned, stdout = _dry_run(tree)
+    assert planned == {"train": 2, "average": 2, "evaluate": 2, "summarize_variant": 2,
+                       "final_tables": 1, "all": 1}
+    assert "variant=A_h1" not in stdout and "Stale:" not in stdout
+
+
+def test_an_edited_bpe_setting_makes_the_splits_again_but_deletes_no_training(tree):
+    """The BPE settings shape every training's weights: edited, every finished training is
+    stale, warned of and left as it is, while the sentencepiece model and the encoded splits are
+    made again. Its inputs made again, a training would be planned again, and Snakemake would
+    delete its outputs before the trainer refuses its checkpoints; a stale one is not."""
+    with _experiment_edited(tree, lambda raw: raw["bpe"].update(vocab_size=500)):
+        planned, stdout = _dry_run(tree)
+    assert planned["train_bpe"] == 1 and planned["encode"] == 3, planned
+    assert "train" not in planned and "average" not in planned, planned
+    stale = [line for line in stdout.splitlines() if line.startswith("Stale: ")]
+    assert len(stale) == 3 and all("bpe.vocab_size: 600 -> 500" in line for line in stale)
+
+
+def test_an_edited_source_replans_its_split_and_edited_cleaning_every_split(tree):
+    """A split's preparation depends on its own sources and the cleaning: an edited test source
+    replans the test split's preparation and what follows it (no training: test data are no
+    setting the weights depend on); edited cleaning replans every split's, and the trainings,
+    stale, are left as they are."""
+    def test_source(raw):
+        raw["data"]["test"][0]["source_member"] = "test/other.src.sgm"
+
+    with _experiment_edited(tree, test_source):
+        planned, stdout = _dry_run(tree)
+    assert planned == {"prepare": 1, "references": 1, "encode": 1, "evaluate": 3,
+                       "summarize_variant": 3, "final_tables": 1, "all": 1}, planned
+    assert "split=test" in stdout and "split=dev" not in stdout and "Stale:" not in stdout
+    with _experiment_edited(tree, lambda raw: raw["data"]["cleaning"].update(max_tokens=200)):
+        planned = _planned(tree)
+    assert planned.get("prepare") == 3 and "train" not in planned, planned
 
 
 def test_a_seed_added_later_plans_that_seeds_jobs_alone(tree):
@@ -187,10 +314,15 @@ def test_the_tables_snapshot_is_retaken_when_what_it_reads_changes_and_never_tra
                for name in TABLE_FILES["translation"])
     assert _planned(tree, "tables") == {}
     for relative, how in (("train/summary.json", "change"), ("train/summary.json", "delete"),
-                          ("bleu.json", "change")):
+                          ("bleu.json", "change"), ("bleu.json", "rewrite")):
         with _Changed(tree / BASE / relative, how):
             assert _planned(tree, "tables") == {"tables": 1}, relative
     assert _planned(tree, "tables") == {}
+    with _Changed(tree / BASE / "train/summary.json", "delete"):  # a training under way...
+        _snakemake(tree, "tables")
+        assert _planned(tree, "tables") == {}
+        with _Changed(tree / BASE / "train/metrics.jsonl", "change"):  # ...logs another step
+            assert _planned(tree, "tables") == {"tables": 1}
 
 
 # -- no params for files read ---------------------------------------------------------------------
@@ -237,7 +369,8 @@ def test_no_rule_passes_a_file_it_reads_as_a_param():
 def _assert_left_stale(tree: Path, variant: str, *named: str) -> None:
     """The plan of ``all`` warns once that ``variant`` is stale, naming ``named``, replans
     neither its training nor its averaging and changes no file of it; asked for its missing
-    ``final.pt``, the plan stops with the same message before Snakemake deletes anything."""
+    ``final.pt`` or ``checkpoints.json`` (a training's outputs but the summary, which records
+    its settings), the plan stops with the same message before Snakemake deletes anything."""
     folder = tree / "results/tiny" / variant / "seed-1"
     before = {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
     jobs, output = _dry_run(tree)
@@ -248,17 +381,18 @@ def _assert_left_stale(tree: Path, variant: str, *named: str) -> None:
         stale
     assert {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
 
-    final = folder / "train/final.pt"
-    final.rename(folder / "final.pt.kept")
-    try:
-        result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
-                                 "--dry-run", f"results/tiny/{variant}/seed-1/train/final.pt"],
-                                cwd=tree, capture_output=True, text=True, timeout=600)
-        assert result.returncode != 0
-        assert "StaleTrainingError" in result.stdout + result.stderr
-        assert all(text in result.stdout + result.stderr for text in named)
-    finally:
-        (folder / "final.pt.kept").rename(final)
+    for name in ("final.pt", "checkpoints.json"):
+        missing = folder / "train" / name
+        missing.rename(folder / f"{name}.kept")
+        try:
+            result = subprocess.run([SNAKEMAKE, "--cores", "1", "--configfile=pipeline.yaml",
+                                     "--dry-run", str(missing.relative_to(tree))],
+                                    cwd=tree, capture_output=True, text=True, timeout=600)
+            assert result.returncode != 0, name
+            assert "StaleTrainingError" in result.stdout + result.stderr, name
+            assert all(text in result.stdout + result.stderr for text in named)
+        finally:
+            (folder / f"{name}.kept").rename(missing)
 
 
 def test_a_finished_variant_of_since_edited_settings_is_left_as_it_is_and_named_stale(tree):
@@ -292,19 +426,15 @@ def test_a_pinned_corpus_at_another_url_replans_nothing(tree):
     """Its sha256 names its bytes: a corpus moved to a mirror, served over https or signed anew
     is the same data, so neither its download, its preparation nor the trainings on it are
     replanned, and none is called stale."""
-    experiment_file = tree / "configs/tiny.yaml"
-    original = experiment_file.read_text()
-    try:
-        edited = yaml.safe_load(original)
-        for split in ("train", "dev", "test"):
-            for source in edited["data"][split]:
+    def moved(raw):
+        for split in SPLITS:
+            for source in raw["data"][split]:
                 assert source["sha256"]
                 source["url"] = "https://mirror.example.org/wmt/tiny_corpus.tgz?signature=2"
-        experiment_file.write_text(yaml.safe_dump(edited, sort_keys=False))
+
+    with _experiment_edited(tree, moved):
         jobs, output = _dry_run(tree)
-        assert jobs == {} and "Stale: " not in output, output[-3000:]
-    finally:
-        experiment_file.write_text(original)
+    assert jobs == {} and "Stale: " not in output, output[-3000:]
 
 
 def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):

@@ -263,6 +263,20 @@ def test_two_experiment_files_of_one_name_are_refused_naming_both(tmp_path):
             "are both named 'tiny'") in result.stderr, result.stderr
 
 
+def test_an_invalid_experiment_file_is_refused_in_one_line_naming_it(tmp_path):
+    """Snakemake loads every listed experiment before planning: a bad one stops it with the
+    loader's line (file, key, value), not a traceback out of the Snakefile."""
+    workflow = copy_workflow(tmp_path / "workflow")
+    (workflow / "configs/bad.yaml").write_text(TINY.replace("  layers: 2\n", "  layers: 0\n"))
+    result = _plan(workflow, "experiments: [configs/tiny.yaml, configs/bad.yaml]\n"
+                             "results: results\ntraining: {launcher: inline}\n")
+    assert result.returncode != 0
+    assert re.search(r"^Invalid experiment configuration: configs/bad\.yaml: model\.layers: "
+                     r"Input should be greater than 0 \(got 0\)$", result.stderr,
+                     re.MULTILINE), result.stderr[-3000:]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
 def test_a_pipeline_config_key_given_twice_is_refused(tmp_path):
     workflow = copy_workflow(tmp_path / "workflow")
     result = _plan(workflow, "experiments: [configs/tiny.yaml]\nresults: results\n"
@@ -271,3 +285,31 @@ def test_a_pipeline_config_key_given_twice_is_refused(tmp_path):
     assert re.search(r"^Invalid pipeline configuration: \S*/pipeline\.yaml line 4 column 1: not "
                      r"valid YAML: key 'results' given twice, at lines 2 and 4", result.stderr,
                      re.MULTILINE), result.stderr
+
+
+# (id, the pipeline config's lines, what the schema's refusal says): a typo or an impossible
+# value in the pipeline config is refused before anything is planned, instead of being ignored
+# (a misspelled key leaves its default in force) or failing a job hours later.
+SCHEMA_CASES = [
+    ("unknown-training-key", "training: {launcher: inline, treads: 4}",
+     "Additional properties are not allowed ('treads' was unexpected)"),
+    ("unknown-top-level-key", "training: {launcher: inline}\nresult: elsewhere",
+     "Additional properties are not allowed ('result' was unexpected)"),
+    ("unknown-launcher", "training: {launcher: submitit}", "'submitit' is not one of"),
+    ("no-task", "training: {launcher: local, tasks: 0}", "0 is less than the minimum of 1"),
+    ("no-thread", "training: {launcher: inline, threads: 0}", "0 is less than the minimum of 1"),
+    ("no-experiment", "training: {launcher: inline}\nexperiments: []", "[] should be non-empty"),
+    ("experiment-not-a-path", "training: {launcher: inline}\nexperiments: [[configs/tiny.yaml]]",
+     "['configs/tiny.yaml'] is not of type 'string'"),
+]
+
+
+@pytest.mark.parametrize("lines, refusal", [case[1:] for case in SCHEMA_CASES],
+                         ids=[case[0] for case in SCHEMA_CASES])
+def test_a_pipeline_config_the_schema_refuses_plans_nothing(tmp_path, lines, refusal):
+    workflow = copy_workflow(tmp_path / "workflow")
+    pipeline = yaml.safe_load(f"experiments: [configs/tiny.yaml]\nresults: results\n{lines}\n")
+    result = _plan(workflow, yaml.safe_dump(pipeline))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"ValidationError: {refusal}" in output, output[-3000:]

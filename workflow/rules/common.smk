@@ -167,17 +167,21 @@ TRAINING_OUTPUTS = ("final.pt", "summary.json", "checkpoints.json")
 
 def training_inputs(wildcards):
     """The encoded train and dev splits. A stale variant (reproduce.provenance) whose
-    training outputs are all there is left as it is (training_fingerprint); one missing some is
-    refused here, while Snakemake plans, before it would delete the others to rerun it."""
+    training outputs are all there is left as it is (training_fingerprint), also when its splits
+    are made again (an edited data or BPE setting): ancient, they replan nothing; one missing
+    some is refused here, while Snakemake plans, before it would delete the others to rerun it."""
     folder, summary, settings = _finished_training(
         wildcards.dataset, wildcards.variant, wildcards.seed
     )
-    if not all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS):
-        refuse_stale_training(folder, summary, settings)
-    return {
+    splits = {
         "train": f"{RESULTS}/{wildcards.dataset}/encoded/train",
         "dev": f"{RESULTS}/{wildcards.dataset}/encoded/dev",
     }
+    if not all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS):
+        refuse_stale_training(folder, summary, settings)
+    elif stale_training_message(folder, summary, settings) is not None:
+        return {name: ancient(path) for name, path in splits.items()}
+    return splits
 
 
 def tracking_root(wildcards):
