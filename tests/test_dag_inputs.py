@@ -5,11 +5,15 @@ metrics log that the tables read) are changed one at a time, and a real dry run 
 the jobs that read them, and no others. (A deleted intermediate file replans nothing whose
 outputs are up to date, by Snakemake's design, as for temp() files; deleting the live log shows
 that no job needs it.) A grep of the rules then finds no `params:`
-that stands for a file a job reads."""
+that stands for a file a job reads. Then the files each job of a WMT14 training's chain reads
+(a forced dry run: each split there has a download of its own), and the steps that an edited
+setting replans, after data steps and a short training really ran (params are recorded only
+then)."""
 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,8 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reproduce.data.download import file_name
+from reproduce.experiment_file import load_experiment
 from reproduce.tables.outputs import TABLE_FILES
 from tests.project_copy import copy_workflow
+from tests.test_bad_input_config import _set
+from tests.test_cluster_faults import _workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -35,6 +43,7 @@ AFTER_SCORING = {"summarize_variant": 1, "final_tables": 1, "all": 1}
 # Every training of the tree, and what follows it.
 AFTER_TRAINING = {"train": 3, "average": 3, "evaluate": 3, "summarize_variant": 3,
                   "final_tables": 1, "all": 1}
+AFTER_DECODING = {"evaluate": 1, "summarize_variant": 1, "final_tables": 1, "all": 1}
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -44,9 +53,10 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
-def _dry_run(workdir: Path, target: str = "all") -> tuple[dict[str, int], str]:
-    """Rule -> job count of a dry run ({} when there is nothing to do), and its output."""
-    stdout = _snakemake(workdir, "--dry-run", target).stdout
+def _dry_run(workdir: Path, *targets: str) -> tuple[dict[str, int], str]:
+    """Rule -> job count of a dry run of ``targets`` (``all`` if none; {} when there is nothing
+    to do), and its output."""
+    stdout = _snakemake(workdir, "--dry-run", *(targets or ["all"])).stdout
     lines = stdout.splitlines()
     if "Job stats:" not in lines:
         return {}, stdout
@@ -59,8 +69,8 @@ def _dry_run(workdir: Path, target: str = "all") -> tuple[dict[str, int], str]:
     raise AssertionError("no total line in the job stats")
 
 
-def _planned(workdir: Path, target: str = "all") -> dict[str, int]:
-    return _dry_run(workdir, target)[0]
+def _planned(workdir: Path, *targets: str) -> dict[str, int]:
+    return _dry_run(workdir, *targets)[0]
 
 
 def _stand_in(path: Path) -> str:
@@ -137,6 +147,8 @@ class _Changed:
 
 @pytest.mark.parametrize("relative, how, expected", [
     ("train/checkpoints.json", "change", AFTER_AVERAGING),  # average reads the list it names
+    ("train/final.pt", "change", AFTER_DECODING),  # dev decoded with the last weights
+    ("averaged.pt", "change", AFTER_DECODING),  # and test with the averaged ones
     ("train/summary.json", "change", TABLES_ONLY),  # the tables' parameters, FLOPs and curves
     ("bleu.json", "change", TABLES_ONLY),
     ("translations/dev.last.txt", "change", TABLES_ONLY),  # Table 3's significance tests
@@ -172,23 +184,6 @@ def _wmt14_en_de_splits_planned(workdir: Path, *experiments: str) -> str:
         f"configs/{name}.yaml" for name in experiments]}))
     return _snakemake(workdir, "--dry-run", "--printshellcmds",
                       *(f"results/wmt14_en_de/data/{split}.src" for split in SPLITS)).stdout
-
-
-def test_each_split_is_prepared_from_its_own_sources_downloads(tmp_path):
-    """WMT14 EN-DE's splits come from archives of their own (three for train): the plan makes
-    each split's prepare job wait for exactly its own sources' downloads."""
-    from reproduce.data.download import file_name
-    from reproduce.experiment_file import load_experiment
-
-    workdir = copy_workflow(tmp_path)
-    stdout = _wmt14_en_de_splits_planned(workdir, "wmt14_en_de")
-    planned = {split: sorted(inputs.split(", ")) for inputs, split in re.findall(
-        r"^rule prepare:\n    input: (.*)\n    output: results/wmt14_en_de/data/(\w+)\.src",
-        stdout, re.MULTILINE)}
-    data = load_experiment(workdir / "configs/wmt14_en_de.yaml").data
-    assert planned == {split: sorted(f"results/downloads/{file_name(source)}"
-                                     for source in getattr(data, split)) for split in SPLITS}
-    assert len(planned["train"]) == 3
 
 
 def test_an_experiment_added_to_the_pipeline_changes_no_download_of_the_others(tmp_path):
@@ -267,6 +262,22 @@ def test_an_edited_source_replans_its_split_and_edited_cleaning_every_split(tree
     with _experiment_edited(tree, lambda raw: raw["data"]["cleaning"].update(max_tokens=200)):
         planned = _planned(tree)
     assert planned.get("prepare") == 3 and "train" not in planned, planned
+
+
+def test_a_variants_summary_keeps_its_dev_and_test_scores_apart(tree):
+    """bleu.json, really made from scores that differ: its dev entry holds the last weights' dev
+    scores (Table 3) and its test entry the averaged weights' test scores (Table 2)."""
+    folder = tree / BASE
+    scores = {split: {"split": split, "sacrebleu": bleu} for split, bleu in (("dev", 1.0),
+                                                                            ("test", 2.0))}
+    with (_Changed(folder / "scores/dev.last.json", "change"),
+          _Changed(folder / "scores/test.averaged.json", "change"),
+          _Changed(folder / "bleu.json", "change")):
+        (folder / "scores/dev.last.json").write_text(json.dumps(scores["dev"]))
+        (folder / "scores/test.averaged.json").write_text(json.dumps(scores["test"]))
+        _snakemake(tree, "--allowed-rules", "summarize_variant", "--", f"{BASE}/bleu.json")
+        summary = json.loads((folder / "bleu.json").read_text())
+    assert (summary["dev"], summary["test"]) == (scores["dev"], scores["test"])
 
 
 def test_a_seed_added_later_plans_that_seeds_jobs_alone(tree):
@@ -450,3 +461,203 @@ def test_a_summary_without_settings_is_warned_of_once_and_left_as_it_is(tree):
         _assert_left_stale(tree, "A_h1", "model.d_model: '(absent)' -> 64")
     finally:
         summary.write_text(original)
+
+
+# -- each job reads its own split and weights -----------------------------------------------------
+PAPER = "results/wmt14_en_de"  # each split its own download, unlike the tiny corpus's one archive
+TRAINED = f"{PAPER}/base/seed-1"
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """(rule, split or variant) -> the job's declared inputs and its command's options (option ->
+    its values in order), from a forced dry run of one WMT14 EN-DE training's chain and figures,
+    and of the big model's averaging (its own number of checkpoints)."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("paper"))
+    shutil.copy(ROOT / "configs/pipelines/paper.yaml", workdir / "pipeline.yaml")
+    stdout = _snakemake(workdir, "--dry-run", "--forceall", "--printshellcmds", "--",
+                        f"{TRAINED}/figures", f"{TRAINED}/bleu.json",
+                        f"{PAPER}/big/seed-1/averaged.pt").stdout
+    jobs = {}
+    for block in re.split(r"\n(?=rule \w+:)", stdout)[1:]:
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.MULTILINE))
+        wildcards = dict(pair.split("=") for pair in fields.get("wildcards", "").split(", ")
+                         if pair)
+        command = shlex.split(re.search(r"^Shell command: (.*)$", block, re.MULTILINE)[1])
+        options: dict[str, list[str]] = {}
+        for option, value in zip(command, command[1:], strict=False):
+            if option.startswith("--"):
+                options.setdefault(option, []).append(value)
+        named = ("split", "evaluated_split", "variant", "filename")
+        key = next((wildcards[name] for name in named if name in wildcards), "")
+        jobs[block.split(":")[0].removeprefix("rule "), key] = {
+            "input": set(fields["input"].split(", ")) if "input" in fields else set(),
+            "options": options}
+    return jobs
+
+
+def _downloads(split: str) -> set[str]:
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    return {f"results/downloads/{file_name(source)}" for source in getattr(experiment.data, split)}
+
+
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+def test_each_split_is_downloaded_prepared_referenced_and_encoded_from_its_own_files(paper_jobs,
+                                                                                     split):
+    """A step given another split's files (or no declared input for a file it reads) runs
+    without an error on the tiny corpus, whose splits share one archive, and gives wrong data."""
+    data = f"{PAPER}/data/{split}"
+    experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
+    for source in getattr(experiment.data, split):
+        download = paper_jobs["download", file_name(source)]["options"]
+        assert (download["--split"], download["--source"]) == ([split], [source.name])
+    prepare = paper_jobs["prepare", split]
+    assert prepare["input"] == _downloads(split) and prepare["options"]["--split"] == [split]
+    encode = paper_jobs["encode", split]
+    assert encode["input"] == {f"{PAPER}/bpe/spm.model", f"{data}.src", f"{data}.tgt"}
+    assert (encode["options"]["--source"], encode["options"]["--target"],
+            encode["options"]["--out-dir"]) == ([f"{data}.src"], [f"{data}.tgt"],
+                                                [f"{PAPER}/encoded/{split}"])
+    if split != "train":  # the references BLEU is scored against, from the released files
+        references = paper_jobs["references", split]
+        assert references["input"] == _downloads(split) | {f"{data}.src"}
+        assert references["options"]["--split"] == [split]
+        assert references["options"]["--out"] == [f"{data}.ref"]
+
+
+def test_bpe_is_learned_from_the_training_data_alone(paper_jobs):
+    train_bpe = paper_jobs["train_bpe", ""]
+    data = f"{PAPER}/data/train"
+    assert train_bpe["input"] == {f"{data}.src", f"{data}.tgt"}
+    assert (train_bpe["options"]["--source"], train_bpe["options"]["--target"]) == (
+        [f"{data}.src"], [f"{data}.tgt"])
+    assert paper_jobs["train", "base"]["input"] == {f"{PAPER}/encoded/train",
+                                                    f"{PAPER}/encoded/dev"}
+
+
+def test_dev_is_scored_with_the_last_weights_and_test_with_the_averaged_ones(paper_jobs):
+    """Table 3 reads dev with the last weights, Tables 2 and 4 test with the averaged ones
+    (evaluate.smk); each split decoded, scored and summarised from its own files; each variant
+    averages its own number of checkpoints (the big model its last 20); the figures draw the
+    averaged model on its test translations."""
+    evaluate = paper_jobs["evaluate", "base"]
+    data, options = f"{PAPER}/data", evaluate["options"]
+    weights = {"dev": f"{TRAINED}/train/final.pt", "test": f"{TRAINED}/averaged.pt"}
+    named = {"dev": "dev.last", "test": "test.averaged"}
+    assert options["--split"] == ["dev", "test"]
+    assert options["--checkpoint-name"] == ["last", "averaged"]
+    for option, files in {"--checkpoint": weights,
+                          "--source": {split: f"{data}/{split}.src" for split in named},
+                          "--reference": {split: f"{data}/{split}.ref" for split in named},
+                          "--encoded": {split: f"{PAPER}/encoded/{split}" for split in named},
+                          "--translations": {split: f"{TRAINED}/translations/{name}.txt"
+                                             for split, name in named.items()},
+                          "--out": {split: f"{TRAINED}/scores/{name}.json"
+                                    for split, name in named.items()}}.items():
+        assert options[option] == [files["dev"], files["test"]], option
+        if option not in ("--translations", "--out"):
+            assert set(options[option]) <= evaluate["input"], option
+    assert len(evaluate["input"]) == 9  # the four per split, and the sentencepiece model
+    summarize = paper_jobs["summarize_variant", "base"]["options"]
+    assert (summarize["--dev"], summarize["--test"]) == ([f"{TRAINED}/scores/dev.last.json"],
+                                                         [f"{TRAINED}/scores/test.averaged.json"])
+    assert paper_jobs["average", "base"]["options"]["--last"] == ["5"]
+    assert paper_jobs["average", "big"]["options"]["--last"] == ["20"]
+    figures = paper_jobs["attention_figures", "base"]
+    assert figures["input"] == {f"{TRAINED}/averaged.pt", f"{PAPER}/bpe/spm.model",
+                                f"{data}/test.src", f"{TRAINED}/translations/test.averaged.txt"}
+    assert (figures["options"]["--checkpoint"], figures["options"]["--source"],
+            figures["options"]["--target"]) == (
+        [f"{TRAINED}/averaged.pt"], [f"{data}/test.src"],
+        [f"{TRAINED}/translations/test.averaged.txt"])
+
+
+# -- an edited setting replans the data steps that read it ---------------------------------------
+DATA_TARGETS = ("results/tiny/encoded/dev", "results/tiny/data/dev.ref",
+                "results/tiny/data/test.ref")
+
+
+@pytest.fixture(scope="module")
+def data_steps(tmp_path_factory) -> Path:
+    """The tiny experiment's data steps really run (seconds) up to the encoded dev split and
+    both references, with the params they ran with recorded as a real run records them."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("data"))
+    pipeline = yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+    (workdir / "pipeline.yaml").write_text(
+        yaml.safe_dump(pipeline | {"experiments": ["configs/tiny.yaml"]}))
+    _snakemake(workdir, *DATA_TARGETS)
+    assert _planned(workdir, *DATA_TARGETS) == {}
+    return workdir
+
+
+def _planned_after_edit(workdir: Path, edited: str, value: object, *targets: str,
+                        ) -> tuple[dict[str, int], str]:
+    """The dry run of ``targets`` with the experiment's ``edited`` set to ``value``."""
+    experiment_file = workdir / "configs/tiny.yaml"
+    original = experiment_file.read_text()
+    experiment = yaml.safe_load(original)
+    _set(edited, value)(experiment)
+    try:
+        experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
+        return _dry_run(workdir, *targets)
+    finally:
+        experiment_file.write_text(original)
+
+
+@pytest.mark.parametrize("edited, value, expected", [
+    ("data.cleaning.max_tokens", 200, {"prepare": 3, "train_bpe": 1, "encode": 1,
+                                       "references": 2}),
+    # the dev split alone: the other splits' data, and the BPE learned from train, stay
+    ("data.dev.0.source_member", "test/newstest-tiny-src.src.sgm",
+     {"prepare": 1, "encode": 1, "references": 1}),
+    ("bpe.vocab_size", 500, {"train_bpe": 1, "encode": 1}),
+    ("model.dropout", 0.3, {}),  # no data step reads it
+])
+def test_an_edited_setting_replans_the_data_steps_that_read_it(data_steps, edited, value,
+                                                                expected):
+    planned, stdout = _planned_after_edit(data_steps, edited, value, *DATA_TARGETS)
+    assert planned == expected, stdout[-3000:]
+    if "prepare" in expected and expected["prepare"] == 1:
+        assert "split=dev" in stdout and "split=train" not in stdout and "split=test" not in stdout
+
+
+AVERAGED = "results/tiny/base/seed-1/averaged.pt"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """Six steps of a small model really trained, then averaged, by the train and average rules
+    (seconds), so that Snakemake records the params they ran with."""
+    workdir = _workflow(tmp_path_factory.mktemp("trained"), "inline", 1)
+    experiment_file = workdir / "configs/tiny.yaml"
+    experiment = yaml.safe_load(experiment_file.read_text())
+    experiment["training"]["steps"] = 6
+    experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    _snakemake(workdir, "--allowed-rules", "train", "average", "--", AVERAGED)
+    assert _planned(workdir, AVERAGED) == {}
+    return workdir
+
+
+@pytest.mark.parametrize("edited, value, expected", [
+    ("training.steps", 9, {"train": 1, "average": 1}),  # continues the run, then averages anew
+    ("training.average_last", 1, {"average": 1}),  # the same training, averaged otherwise
+])
+def test_an_edited_setting_replans_the_training_steps_that_read_it(trained, edited, value,
+                                                                    expected):
+    planned, stdout = _planned_after_edit(trained, edited, value, AVERAGED)
+    assert planned == expected, stdout[-3000:]
+    assert "Stale:" not in stdout
+
+
+def test_the_trainer_learns_from_the_training_split_and_is_checked_on_dev(trained):
+    """The train rule's wrapper (workflow/scripts/train.py) logs the command it ran first: dev
+    given as training data, or train as dev data, would run without an error and skew the
+    training or its dev curve (the tables' plot)."""
+    command = shlex.split((trained / "results/logs/tiny/train_base_seed1.log").read_text()
+                          .splitlines()[0])
+    options = dict(zip(command[4::2], command[5::2], strict=True))
+    assert command[1:4] == ["-m", "reproduce", "train"]
+    assert options == options | {
+        "--train-data": "results/tiny/encoded/train", "--dev-data": "results/tiny/encoded/dev",
+        "--variant": "base", "--seed": "1", "--out-dir": "results/tiny/base/seed-1",
+        "--launcher": "inline"}

@@ -1,6 +1,12 @@
 """Table 1: the analytic rows as the paper prints them, FLOPs counted while the layers run equal
 to their exact formulas, and the files the `reproduce table1` command writes."""
 
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -8,6 +14,7 @@ from reproduce.cli import main
 from reproduce.model.attention import band_mask
 from reproduce.tables import table1
 from reproduce.tables.table1 import ANALYTIC, band_entries, measure_table1
+from tests.project_copy import copy_workflow
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -62,6 +69,24 @@ def test_the_command_writes_markdown_csv_and_plot(tmp_path):
     table = pd.read_csv(tmp_path / "table1.csv")
     assert len(table) == 8 and set(table["n"]) == {4, 8}
     assert (tmp_path / "table1.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_the_table1_rule_declares_the_files_the_command_writes(tmp_path):
+    """No test runs the `table1` target (it times layers up to n = 1024, d = 512): its planned
+    command, run on small sizes, must write every output the rule declares, or the target fails
+    after all that timing."""
+    copy_workflow(tmp_path)
+    planned = subprocess.run(
+        [str(Path(sys.executable).with_name("snakemake")), "-n", "-p", "table1"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    outputs = re.search(r"^    output: (.*)$", planned.stdout, re.MULTILINE)[1].split(", ")
+    command = shlex.split(re.search(r"^Shell command: (.*)$", planned.stdout, re.MULTILINE)[1])
+    out_dir = command[command.index("--out-dir") + 1]
+    main(["table1", "--out-dir", str(tmp_path / out_dir), "--lengths", "4", "--d-model", "16",
+          "--min-run-time", "0.01"])
+    assert len(outputs) == 3 and all(
+        (tmp_path / output).stat().st_size > 0 for output in outputs), outputs
 
 
 @pytest.mark.parametrize(("lengths", "message"), [

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from reproduce.data.download import file_name
+from reproduce.experiment_file import load_experiment
 from tests.project_copy import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +49,21 @@ def test_a_results_folder_with_a_space_and_a_semicolon_is_passed_quoted(tmp_path
     assert (folder / "logs/tiny/prepare_test.log").exists()
     benchmark = (folder / "benchmarks/tiny/prepare_test.tsv").read_text().splitlines()
     assert benchmark[0].split("\t")[:2] == ["s", "h:m:s"] and len(benchmark) == 2
+
+
+def test_a_failed_download_says_why_in_its_log(tmp_path):
+    """A job's error goes to its log, which Snakemake names when the job fails; the download
+    job's too, although it prints nothing when it succeeds."""
+    copy_workflow(tmp_path)
+    experiment = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    experiment["data"]["dev"][0]["sha256"] = "0" * 64
+    (tmp_path / "configs/tiny.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(
+        yaml.safe_load((ROOT / "configs/pipelines/tiny.yaml").read_text())
+        | {"experiments": ["configs/tiny.yaml"]}))
+    result = _run([str(BIN / "snakemake"), "--cores", "1", "--configfile=pipeline.yaml",
+                   "results/tiny/data/dev.src"], tmp_path)
+    assert result.returncode != 0
+    download = file_name(load_experiment(tmp_path / "configs/tiny.yaml").data.dev[0])
+    log = (tmp_path / f"results/logs/download/{download}.log").read_text()
+    assert "sha256" in log, log
