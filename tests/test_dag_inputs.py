@@ -236,12 +236,13 @@ def test_raised_steps_replan_that_variants_trainings_alone(tree):
 def test_an_edited_bpe_setting_makes_the_splits_again_but_deletes_no_training(tree):
     """The BPE settings shape every training's weights: edited, every finished training is
     stale, warned of and left as it is, while the sentencepiece model and the encoded splits are
-    made again. Its inputs made again, a training would be planned again, and Snakemake would
-    delete its outputs before the trainer refuses its checkpoints; a stale one is not."""
+    made again. Its inputs made again, a training or its evaluation would be planned again, and
+    Snakemake would delete its outputs before the trainer refuses its checkpoints (the decoder
+    its other pieces); a stale one's are not."""
     with _experiment_edited(tree, lambda raw: raw["bpe"].update(vocab_size=500)):
         planned, stdout = _dry_run(tree)
     assert planned["train_bpe"] == 1 and planned["encode"] == 3, planned
-    assert "train" not in planned and "average" not in planned, planned
+    assert not {"train", "average", "evaluate", "summarize_variant"} & planned.keys(), planned
     stale = [line for line in stdout.splitlines() if line.startswith("Stale: ")]
     assert len(stale) == 3 and all("bpe.vocab_size: 600 -> 500" in line for line in stale)
 
@@ -350,6 +351,7 @@ NOT_FILES_READ = {
     "downloads": "the folder of the downloads that are declared inputs",
     "model_prefix": "the prefix of the outputs",
     "render": "the tables snapshot's commands",
+    "stale": "the names of the trainings the tables mark stale (their summaries are inputs)",
     "sources_state": "sizes and times of what the snapshot reads, which must not be inputs: "
                      "Snakemake would build them, and the snapshot never trains",
 }

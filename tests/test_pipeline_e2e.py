@@ -275,16 +275,21 @@ def test_an_edited_variant_is_left_as_it_is_shown_stale_and_replanned_alone_once
     delete its outputs first, and the trainer refuses the old checkpoints): the run warns once,
     naming the edit, goes on with the rest (the other variant's edited beam size), deletes
     nothing, and the tables mark the variant stale instead of showing its old scores beside the
-    new settings. Moved aside, it is replanned alone."""
+    new settings (rendered again for that alone, when no other job runs). Moved aside, it is
+    replanned alone."""
     experiment_file = pipeline / "configs/tiny.yaml"
     original = experiment_file.read_text()
     experiment = yaml.safe_load(original)
     experiment["variants"]["A_h1"].setdefault("model", {})["dropout"] = 0.3
-    experiment["variants"]["base"].setdefault("decoding", {})["beam_size"] = 2
     experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
     variant = pipeline / "results/tiny/A_h1"
     kept = {path: path.stat().st_mtime_ns for path in variant.rglob("*") if path.is_file()}
     try:
+        jobs = _planned_jobs(pipeline, "all")
+        assert jobs.get("final_tables") == 1, jobs
+        assert not {"train", "average", "evaluate", "summarize_variant"} & jobs.keys(), jobs
+        experiment["variants"]["base"].setdefault("decoding", {})["beam_size"] = 2
+        experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
         jobs = _planned_jobs(pipeline, "all")
         assert "train" not in jobs and jobs["evaluate"] == 2, jobs  # base's decodings only
         ran = _snakemake(pipeline, "all")

@@ -165,23 +165,60 @@ _warn_of_stale_variants()
 TRAINING_OUTPUTS = ("final.pt", "summary.json", "checkpoints.json")
 
 
-def training_inputs(wildcards):
-    """The encoded train and dev splits. A stale variant (reproduce.provenance) whose
-    training outputs are all there is left as it is (training_fingerprint), also when its splits
-    are made again (an edited data or BPE setting): ancient, they replan nothing; one missing
-    some is refused here, while Snakemake plans, before it would delete the others to rerun it."""
+def _trained(folder):
+    return all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS)
+
+
+def _kept_stale(wildcards):
+    """A stale training (reproduce.provenance) whose outputs are all there: left as it is."""
     folder, summary, settings = _finished_training(
         wildcards.dataset, wildcards.variant, wildcards.seed
     )
-    splits = {
-        "train": f"{RESULTS}/{wildcards.dataset}/encoded/train",
-        "dev": f"{RESULTS}/{wildcards.dataset}/encoded/dev",
-    }
-    if not all((folder / "train" / name).exists() for name in TRAINING_OUTPUTS):
+    return _trained(folder) and stale_training_message(folder, summary, settings) is not None
+
+
+def made_by_data_steps(**patterns):
+    """An input function of a training's job: ``patterns`` (files the data steps make, with the
+    {dataset} wildcard), ancient for a stale training kept as it is (_kept_stale). Those files
+    made again after an edited data or BPE setting then replan none of its jobs, whose outputs
+    Snakemake would delete only for the trainer or the decoder to refuse the work: the model was
+    trained with other settings (the tables mark it stale)."""
+
+    def inputs(wildcards):
+        paths = {
+            name: pattern.format(dataset=wildcards.dataset) for name, pattern in patterns.items()
+        }
+        if _kept_stale(wildcards):
+            return {name: ancient(path) for name, path in paths.items()}
+        return paths
+
+    return inputs
+
+
+def training_inputs(wildcards):
+    """The encoded train and dev splits (made_by_data_steps). A stale training missing some of
+    its outputs is refused here, while Snakemake plans, before it would delete the others to
+    rerun it (the trainer would refuse its checkpoints)."""
+    folder, summary, settings = _finished_training(
+        wildcards.dataset, wildcards.variant, wildcards.seed
+    )
+    if not _trained(folder):
         refuse_stale_training(folder, summary, settings)
-    elif stale_training_message(folder, summary, settings) is not None:
-        return {name: ancient(path) for name, path in splits.items()}
-    return splits
+    return made_by_data_steps(
+        train=f"{RESULTS}/{{dataset}}/encoded/train",
+        dev=f"{RESULTS}/{{dataset}}/encoded/dev",
+    )(wildcards)
+
+
+def stale_trainings(wildcards):
+    """The dataset's finished trainings of other settings than the experiment's, which the
+    tables mark stale: their params, so that the tables are rendered again when a training
+    turns stale (an edited setting that replans none of its jobs) or current again."""
+    return ", ".join(
+        f"{variant}/seed-{seed}"
+        for variant, seed in trainings(wildcards.dataset)
+        if stale_training_message(*_finished_training(wildcards.dataset, variant, seed))
+    )
 
 
 def tracking_root(wildcards):

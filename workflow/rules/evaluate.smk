@@ -17,15 +17,19 @@ DATA_DIR = f"{RESULTS}/{{dataset}}/data"
 
 rule evaluate:
     input:
+        unpack(
+            made_by_data_steps(
+                spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
+                dev_source=f"{DATA_DIR}/dev.src",
+                dev_reference=f"{DATA_DIR}/dev.ref",
+                dev_encoded=f"{RESULTS}/{{dataset}}/encoded/dev",
+                test_source=f"{DATA_DIR}/test.src",
+                test_reference=f"{DATA_DIR}/test.ref",
+                test_encoded=f"{RESULTS}/{{dataset}}/encoded/test",
+            )
+        ),
         last=f"{SEED_DIR}/train/final.pt",
         averaged=f"{SEED_DIR}/averaged.pt",
-        spm_model=f"{RESULTS}/{{dataset}}/bpe/spm.model",
-        dev_source=f"{DATA_DIR}/dev.src",
-        dev_reference=f"{DATA_DIR}/dev.ref",
-        dev_encoded=f"{RESULTS}/{{dataset}}/encoded/dev",
-        test_source=f"{DATA_DIR}/test.src",
-        test_reference=f"{DATA_DIR}/test.ref",
-        test_encoded=f"{RESULTS}/{{dataset}}/encoded/test",
     output:
         dev_translations=f"{SEED_DIR}/translations/dev.last.txt",
         dev_scores=f"{SEED_DIR}/{EVALUATED_SCORES['dev']}",

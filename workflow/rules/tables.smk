@@ -25,6 +25,7 @@ rule final_tables:
         experiment=experiment_file,
         results=tracking_root,
         out_dir=f"{RESULTS}/{{dataset}}/tables",
+        stale=stale_trainings,
     shell:
         "python -m reproduce tables --experiment {params.experiment:q}"
         " --results {params.results:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
