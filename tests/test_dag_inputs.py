@@ -595,15 +595,8 @@ def data_steps(tmp_path_factory) -> Path:
 def _planned_after_edit(workdir: Path, edited: str, value: object, *targets: str,
                         ) -> tuple[dict[str, int], str]:
     """The dry run of ``targets`` with the experiment's ``edited`` set to ``value``."""
-    experiment_file = workdir / "configs/tiny.yaml"
-    original = experiment_file.read_text()
-    experiment = yaml.safe_load(original)
-    _set(edited, value)(experiment)
-    try:
-        experiment_file.write_text(yaml.safe_dump(experiment, sort_keys=False))
+    with _experiment_edited(workdir, _set(edited, value)):
         return _dry_run(workdir, *targets)
-    finally:
-        experiment_file.write_text(original)
 
 
 @pytest.mark.parametrize("edited, value, expected", [
