@@ -228,8 +228,10 @@ def _check_slurm_commands(launcher: Launcher) -> None:
     """The slurm launcher submits with ``sbatch`` and starts the ranks with ``srun``: without
     them (not a Slurm login node) it fails here, before a restart sets the run aside, rather than
     in submitit's traceback."""
+    if launcher != "slurm":
+        return
     missing = [name for name in ("sbatch", "srun") if shutil.which(name) is None]
-    if launcher == "slurm" and missing:
+    if missing:
         raise UsageError(
             f"the slurm launcher needs {' and '.join(missing)} on the PATH, which this machine "
             "lacks: run from a Slurm login node, or use the local launcher (the pipeline config's "
