@@ -22,8 +22,8 @@ variant whose settings changed; one of other pieces (:func:`check_same_pieces`) 
 its weights are loaded. A finished training whose summary records other settings than the
 experiment file now gives is *stale* (:func:`stale_training_message`): rather than let Snakemake
 delete its outputs to retrain it, only for the trainer to refuse its checkpoints, the workflow
-warns once, keeps its recorded digest (:func:`training_digest`) while its outputs are all there,
-and the tables mark it stale.
+warns once, keeps its recorded digest and steps (:func:`training_digest`, :func:`training_steps`)
+while its outputs are all there, and the tables mark it stale.
 """
 
 from __future__ import annotations
@@ -221,8 +221,25 @@ def training_digest(summary: dict | None, settings: dict[str, Any]) -> str:
     """The digest Snakemake is given for a training: that of ``settings``, or, for a finished
     training whose settings were edited since, the one it was trained with, so that it is not
     replanned (and its outputs deleted) before the trainer would refuse its checkpoints."""
+    recorded = _settings_edited_since(summary, settings)
+    return fingerprint(settings if recorded is None else recorded)
+
+
+def training_steps(summary: dict | None, settings: dict[str, Any], steps: int) -> int:
+    """The steps Snakemake is given for a training: ``steps`` (raised, they replan it, and it
+    continues from its last checkpoint), or, for a finished training whose settings were edited
+    since, the steps it was trained for, as :func:`training_digest` keeps its digest."""
+    if _settings_edited_since(summary, settings) is None:
+        return steps
+    trained_for = summary.get("steps")
+    return trained_for if isinstance(trained_for, int) else steps
+
+
+def _settings_edited_since(summary: dict | None, settings: dict[str, Any]) -> dict | None:
+    """The settings a trainer's summary records, where they differ from ``settings``; None when
+    they do not, or when the summary records none (hand-written: nothing to keep)."""
     recorded = summary.get("settings") if summary is not None else None
     if isinstance(recorded, dict) and changed_settings(summary, settings):
-        return fingerprint(recorded)
-    return fingerprint(settings)
+        return recorded
+    return None
 

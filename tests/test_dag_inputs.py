@@ -644,6 +644,20 @@ def test_an_edited_setting_replans_the_training_steps_that_read_it(trained, edit
     assert "Stale:" not in stdout
 
 
+def test_raised_steps_leave_a_stale_training_as_it_is(trained):
+    """Raising the steps of a training continues it (above), but a stale one's checkpoints are
+    of other settings: replanned, Snakemake would delete its outputs for a job the trainer
+    refuses. It is left as it is, as any other edit leaves it."""
+    def stale_and_longer(raw):
+        _set("model.dropout", 0.3)(raw)
+        _set("training.steps", 9)(raw)
+
+    with _experiment_edited(trained, stale_and_longer):
+        planned, stdout = _dry_run(trained, AVERAGED)
+    assert planned == {}, stdout[-3000:]
+    assert "Stale:" in stdout and "model.dropout: 0.1 -> 0.3" in stdout
+
+
 def test_the_trainer_learns_from_the_training_split_and_is_checked_on_dev(trained):
     """The train rule's wrapper (workflow/scripts/train.py) logs the command it ran first: dev
     given as training data, or train as dev data, would run without an error and skew the

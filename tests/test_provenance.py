@@ -4,7 +4,7 @@ the digest Snakemake is given for a training."""
 from pathlib import Path
 
 from reproduce.experiment_file import load_experiment
-from reproduce.provenance import fingerprint, trained_settings, training_digest
+from reproduce.provenance import fingerprint, trained_settings, training_digest, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +57,18 @@ def test_a_finished_training_keeps_the_digest_of_the_settings_it_was_trained_wit
     assert training_digest({"settings": current}, current) == fingerprint(current)
     assert training_digest(None, current) == fingerprint(current)
     assert fingerprint(recorded) != fingerprint(current)
+
+
+def test_a_stale_training_keeps_the_steps_it_was_trained_for():
+    """Raised steps replan a training, which continues from its last checkpoint; a stale one's
+    are those its summary records (the trainer refuses its checkpoints). A current or
+    unfinished training, or a summary that records no settings, gets the experiment's steps."""
+    recorded, current = {"model.dropout": 0.1}, {"model.dropout": 0.3}
+    assert training_steps({"settings": recorded, "steps": 600}, current, 900) == 600
+    assert training_steps({"settings": current, "steps": 600}, current, 900) == 900
+    assert training_steps({"steps": 600}, current, 900) == 900
+    assert training_steps({"settings": recorded}, current, 900) == 900
+    assert training_steps(None, current, 900) == 900
 
 
 def _with_train_source(experiment, **update):

@@ -20,6 +20,7 @@ from reproduce.provenance import (
     stale_training_message,
     trained_settings,
     training_digest,
+    training_steps,
 )
 from reproduce.tables.comparisons import compared_files
 from reproduce.tables.outputs import SCORES_FILE, TABLE_FILES
@@ -354,8 +355,13 @@ def training_fingerprint(wildcards):
     return training_digest(summary, settings)
 
 
-def training_steps(wildcards):
-    return EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
+def steps_param(wildcards):
+    """The steps the experiment gives, or those a stale training was trained for: raised, the
+    steps replan a training, which continues from its last checkpoint, but a stale one's
+    checkpoints are of other settings (reproduce.provenance)."""
+    _, summary, settings = _finished_training(wildcards.dataset, wildcards.variant, wildcards.seed)
+    steps = EXPERIMENTS[wildcards.dataset].variant(wildcards.variant).training.steps
+    return training_steps(summary, settings, steps)
 
 
 def _training_work(dataset, variant, seed):

@@ -39,7 +39,7 @@ rule train:
         launcher=config["training"]["launcher"],
         tasks=config["training"].get("tasks", 1),
         fingerprint=training_fingerprint,
-        steps=training_steps,  # raising steps continues the run from its last checkpoint
+        steps=steps_param,  # raising steps continues the run from its last checkpoint
     # A script, which sees every resource by name: with the slurm launcher, the rule's resources
     # (set in the profile) are the training job's Slurm request.
     script:
