@@ -66,9 +66,10 @@ def _curve(folder: Path) -> list:
     return [(row["step"], row.get("train_loss"), row.get("dev_loss")) for row in rows]
 
 
-def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) -> list[str]:
-    """A command that trains ``small_variant(steps)`` into ``folder``: the Trainer alone, or the
-    inline launcher (lock, stop signals, MLflow) with ``launch``."""
+def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False,
+                     launcher: str = "inline", tasks: int = 1) -> list[str]:
+    """A command that trains ``small_variant(steps)`` into ``folder``: the Trainer alone, or,
+    with ``launch``, ``launcher`` (lock, stop signals, MLflow) with ``tasks`` ranks."""
     train, dev = corpora
     if launch:
         body = ("from reproduce.experiment_file import load_experiment; "
@@ -76,7 +77,8 @@ def _trainer_process(corpora, folder: Path, steps: int, launch: bool = False) ->
                 "import launch_training; "
                 f"launch_training(load_experiment({str(ROOT / 'configs/tiny.yaml')!r}), "
                 f"small_variant(steps={steps}), Path({str(train)!r}), Path({str(dev)!r}), "
-                f"Path({str(folder)!r}), Path({str(folder)!r}))")
+                f"Path({str(folder)!r}), Path({str(folder)!r}), launcher={launcher!r}, "
+                f"tasks={tasks})")
     else:
         body = (f"from reproduce.training.assembly import build_trainer; "
                 f"build_trainer(small_variant(steps={steps}), TINY, Path({str(train)!r}), "
@@ -233,6 +235,41 @@ def test_the_pre_timeout_signal_saves_a_checkpoint_and_submitit_requeues(corpora
     reference = tmp_path / "reference"
     build_trainer(small_variant(steps=steps), TINY, *corpora, reference).run()
     assert _model_digest(folder) == _model_digest(reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_ctrl_c_or_a_closed_terminal_stops_the_local_ranks_with_a_checkpoint(corpora, tmp_path,
+                                                                             signum):
+    """The local launcher run by hand in a terminal: Ctrl-C (SIGINT) or the terminal closing
+    (SIGHUP) signals its whole process group, the executor's controller and ranks included.
+    The ranks stop after their step with a checkpoint, sent SIGTERM by the launcher, which waits
+    for them and fails in one line; no process of the group is left."""
+    folder = tmp_path / "variant"
+    launcher = subprocess.Popen(_trainer_process(corpora, folder, 2000, launch=True,
+                                                 launcher="local", tasks=2),
+                                env=ENVIRONMENT, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # a terminal's foreground group
+    try:
+        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
+                  "a first checkpoint")
+        os.killpg(launcher.pid, signum)
+        _, stderr = launcher.communicate(timeout=120)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(launcher.pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode != 0
+    assert re.search(r"training job \d+ stopped before its last step; its checkpoint resumes "
+                     r"it", stderr), stderr[-3000:]
+    log = "".join(path.read_text() for path in (folder / "submitit").glob("*_0_log.err"))
+    stopped = re.search(r"training stopped at step (\d+) \(received SIGTERM\); its checkpoint "
+                        r"resumes it", log)
+    assert stopped, log[-3000:]
+    assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == \
+        int(stopped.group(1))
+    assert "KILLED" in _run_status(folder)
 
 
 def _run_status(folder: Path) -> str:

@@ -18,6 +18,9 @@ submitit, its pre-timeout signal, after which submitit's own handler requeues th
 the request's ``max_requeues`` times after a time limit), and SIGTERM (Slurm ending the job:
 ``scancel``, preemption), after which it exits as inline, and with the local executor the death
 of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
+The local executor's processes ignore the terminal's SIGINT and SIGHUP; the launcher, told to
+stop by SIGTERM, SIGINT or SIGHUP, sends its ranks SIGTERM through the controller and waits for
+their checkpoint.
 With every launcher, so does the stop request of the Snakemake that started the training
 (:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
 requeued, fails the launcher (:class:`TrainingStopped`). The MLflow run is then marked KILLED.
@@ -39,6 +42,9 @@ import logging
 import os
 import shutil
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -295,28 +301,78 @@ def launch_training(
     if launcher == "inline":
         return task()
     distributed.collective_timeout()  # a malformed one fails here, not in every rank of the job
-    # Requeues after a time limit, counted by submitit (the local executor ignores it).
     if launcher == "local":
         executor = submitit.LocalExecutor(folder=output_dir / "submitit")
         executor.update_parameters(tasks_per_node=tasks, timeout_min=slurm.runtime, **local_gpus())
+        with _deaf_to_the_terminal():
+            job = executor.submit(task)
     else:
+        # Requeues after a time limit, counted by submitit (the local executor ignores it).
         executor = submitit.AutoExecutor(folder=output_dir / "submitit", cluster=launcher,
                                          slurm_max_num_timeout=slurm.max_requeues)
         executor.update_parameters(**slurm.submitit_parameters(f"train-{experiment.name}-{variant.name}"))
-    job = executor.submit(task)
+        job = executor.submit(task)
     log.info("submitted %s job %s; logs: %s", launcher, job.job_id, job.paths.stdout)
-    try:
-        results = job.results()
-    except Exception as error:
-        refusal = _recorded_refusal(job, output_dir / "submitit")
-        if refusal is not None:
-            raise refusal from error
-        raise RuntimeError(
-            f"training job {job.job_id} failed; see {job.paths.stderr} and {job.paths.stdout}: "
-            f"{error}"
-        ) from error
+    stopped = TrainingStopped(
+        f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
+        f"(log: {job.paths.stderr})")
+    with _stops_sent_on(job) if launcher == "local" else nullcontext([]) as received:
+        try:
+            results = job.results()
+        except Exception as error:
+            refusal = _recorded_refusal(job, output_dir / "submitit")
+            if refusal is not None:
+                raise refusal from error
+            if received:  # its ranks exited with 128 + SIGTERM, after their checkpoint
+                raise stopped from error
+            raise RuntimeError(
+                f"training job {job.job_id} failed; see {job.paths.stderr} and "
+                f"{job.paths.stdout}: {error}"
+            ) from error
     if results[0] is None and stop_after_steps is None:  # stopped early, not as asked
-        raise TrainingStopped(
-            f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
-            f"(log: {job.paths.stderr})")
+        raise stopped
     return results[0]
+
+
+@contextmanager
+def _deaf_to_the_terminal() -> Iterator[None]:
+    """Inside, SIGINT and SIGHUP are ignored, and so they stay in the local executor's controller
+    and ranks started here (an ignored signal stays ignored across exec, and Python installs no
+    KeyboardInterrupt over an ignored SIGINT). Ctrl-C, or the terminal closing, signals every
+    process of the terminal's foreground group: the ranks would die mid-step, and the controller
+    would kill them a second later whatever they were writing. The launcher stops them instead
+    (:func:`_stops_sent_on`)."""
+    with _handled((signal.SIGINT, signal.SIGHUP), signal.SIG_IGN):
+        yield
+
+
+@contextmanager
+def _stops_sent_on(job: submitit.Job) -> Iterator[list[int]]:
+    """While the launcher waits for a local job, a stop signal to it (:data:`STOP_SIGNALS`) goes
+    on to the job's controller as SIGTERM, which the controller sends to every rank; each stops
+    after its step with a checkpoint (:meth:`TrainingTask._interruption`), and the launcher waits
+    for them to end. Yields the signals received."""
+    received: list[int] = []
+
+    def send_on(signum: int, frame) -> None:
+        received.append(signum)
+        if not job.done():
+            os.kill(int(job.job_id), signal.SIGTERM)  # a local job's id is its controller's pid
+
+    with _handled(STOP_SIGNALS, send_on):
+        yield received
+
+
+@contextmanager
+def _handled(signums: tuple[int, ...], handler) -> Iterator[None]:
+    """``handler`` for ``signums`` inside, the previous ones restored after. Only the main thread
+    may set a handler: called from another thread (a library call), nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, restored in previous.items():
+            signal.signal(signum, restored)
