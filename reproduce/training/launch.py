@@ -18,12 +18,12 @@ submitit, its pre-timeout signal, after which submitit's own handler requeues th
 the request's ``max_requeues`` times after a time limit), and SIGTERM (Slurm ending the job:
 ``scancel``, preemption), after which it exits as inline, and with the local executor the death
 of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
-The local executor's processes ignore the terminal's SIGINT and SIGHUP; the launcher, told to
-stop by SIGTERM, SIGINT or SIGHUP, sends its ranks SIGTERM through the controller and waits for
-their checkpoint.
 With every launcher, so does the stop request of the Snakemake that started the training
 (:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
 requeued, fails the launcher (:class:`TrainingStopped`). The MLflow run is then marked KILLED.
+With the local launcher, the executor's processes ignore the terminal's SIGINT and SIGHUP
+(Ctrl-C signals the whole foreground group); the launcher, told to stop by SIGTERM, SIGINT or
+SIGHUP, sends its ranks SIGTERM through the controller and waits for their checkpoint.
 A rank that dies ends the others' next collective, at once where its connections close, else
 after :func:`reproduce.training.distributed.collective_timeout`
 (:class:`reproduce.training.distributed.PeerLostError`).
