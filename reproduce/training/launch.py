@@ -313,9 +313,6 @@ def launch_training(
         executor.update_parameters(**slurm.submitit_parameters(f"train-{experiment.name}-{variant.name}"))
         job = executor.submit(task)
     log.info("submitted %s job %s; logs: %s", launcher, job.job_id, job.paths.stdout)
-    stopped = TrainingStopped(
-        f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
-        f"(log: {job.paths.stderr})")
     with _stops_sent_on(job) if launcher == "local" else nullcontext([]) as received:
         try:
             results = job.results()
@@ -324,14 +321,20 @@ def launch_training(
             if refusal is not None:
                 raise refusal from error
             if received:  # its ranks exited with 128 + SIGTERM, after their checkpoint
-                raise stopped from error
+                raise _stopped_early(job) from error
             raise RuntimeError(
                 f"training job {job.job_id} failed; see {job.paths.stderr} and "
                 f"{job.paths.stdout}: {error}"
             ) from error
     if results[0] is None and stop_after_steps is None:  # stopped early, not as asked
-        raise stopped
+        raise _stopped_early(job)
     return results[0]
+
+
+def _stopped_early(job: submitit.Job) -> TrainingStopped:
+    return TrainingStopped(
+        f"training job {job.job_id} stopped before its last step; its checkpoint resumes it "
+        f"(log: {job.paths.stderr})")
 
 
 @contextmanager
