@@ -272,6 +272,47 @@ def test_ctrl_c_or_a_closed_terminal_stops_the_local_ranks_with_a_checkpoint(cor
     assert "KILLED" in _run_status(folder)
 
 
+@pytest.mark.slow
+def test_a_killed_local_launcher_stops_its_ranks_with_a_checkpoint(corpora, tmp_path):
+    """kill -9 to the local launcher run by hand leaves the executor's controller and ranks
+    behind, orphaned, with no signal: rank 0 sees the launcher gone, and the ranks stop after
+    their step with a checkpoint and release the lock; no process of the group is left."""
+    folder = tmp_path / "variant"
+    launcher = subprocess.Popen(_trainer_process(corpora, folder, 2000, launch=True,
+                                                 launcher="local", tasks=2),
+                                env=ENVIRONMENT, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
+                  "a first checkpoint")
+        launcher.kill()
+        launcher.wait()
+        _wait_for(lambda: not _live_members(launcher.pid), "the orphaned ranks to exit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+    log = "".join(path.read_text() for path in (folder / "submitit").glob("*_0_log.err"))
+    stopped = re.search(rf"training stopped at step (\d+) \(process {launcher.pid}, which "
+                        r"started this training, exited\); its checkpoint resumes it", log)
+    assert stopped, log[-3000:]
+    assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == \
+        int(stopped.group(1))
+    assert "KILLED" in _run_status(folder)
+    with VariantLock(folder):  # released: the next trainer may start at once
+        pass
+
+
+def _live_members(group: int) -> list[int]:
+    """The processes of process group ``group`` that have not ended (zombies have)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) == group and state not in "ZX":
+                members.append(int(stat.parent.name))
+    return members
+
+
 def _run_status(folder: Path) -> str:
     from mlflow.tracking import MlflowClient
 

@@ -69,3 +69,15 @@ def test_the_first_reason_to_stop_is_kept_with_its_signal():
     interruption.request("received SIGUSR2", signal.SIGUSR2)
     interruption.request("parent process 1 exited")
     assert (interruption.pending(), interruption.signal) == ("received SIGUSR2", signal.SIGUSR2)
+
+
+def test_the_end_of_any_owner_is_a_stop_request_naming_it():
+    """A local rank dies with the job's owner and with the launcher: either one ending stops it,
+    and the reason names the one that ended."""
+    started = _start_time(os.getpid())
+    alive, gone = WatchedProcess(os.getpid(), started), WatchedProcess(os.getpid(), started + 1)
+    with Interruption().watching((), parents=False, owners=(alive,)) as interruption:
+        assert interruption.pending() is None
+    with Interruption().watching((), parents=False, owners=(alive, gone)) as interruption:
+        assert interruption.pending() == (f"process {os.getpid()}, which started this training, "
+                                          "exited")

@@ -147,7 +147,7 @@ def test_a_slurm_training_asks_for_the_request_and_requeues_as_often_as_it_says(
     assert "--gpus-per-node" not in script
     assert submission._timeout_countdown == 5
     task = submission.function
-    assert (task.threads, task.stop_after_steps, task.stop_with) == (3, None, None)
+    assert (task.threads, task.stop_after_steps, task.stop_with) == (3, None, ())
     assert task.stop_request == tmp_path / "stop"
     assert task.output_dir == (tmp_path / "variant").resolve()
     assert task.train_dir == (tmp_path / "corpora/train").resolve()

@@ -11,9 +11,10 @@ what sits between it and the trainer may outlive it: the train rule's ``script:`
 on the trainer, a shell, submitit's local executor and its ranks. So the trainer watches the
 process that started the job itself, named by the wrapper in ``$REPRODUCE_STOP_WITH`` (pid and
 start time, so that a later process given the same pid does not pass for it); see
-:func:`stop_with_environment`. Started by hand, it watches its parent: when the parent dies, Linux
-sends it SIGTERM (``prctl(PR_SET_PDEATHSIG)``); when the parent is a shell whose own parent dies
-(a ``bash -c`` left waiting), the shell is reparented, which :meth:`pending` notices.
+:func:`stop_with_environment`. A rank of the local launcher watches the launcher too, whose
+executor's controller outlives it. Started by hand, the trainer watches its parent: when the parent
+dies, Linux sends it SIGTERM (``prctl(PR_SET_PDEATHSIG)``); when the parent is a shell whose own
+parent dies (a ``bash -c`` left waiting), the shell is reparented, which :meth:`pending` notices.
 
 *Stopping with the job* (:func:`relay_stop_signals`): Snakemake told to stop (SIGTERM, SIGINT)
 stays alive, waiting for its running jobs, and signals none of them, so neither its death nor a
@@ -135,7 +136,7 @@ class Interruption:
         self.signal: int | None = None
         self._parent: int | None = None
         self._grandparent: int | None = None
-        self._owner: WatchedProcess | None = None
+        self._owners: tuple[WatchedProcess, ...] = ()
         self._request: Path | None = None
         self._previous: dict[int, object] = {}
 
@@ -145,15 +146,15 @@ class Interruption:
 
     @contextmanager
     def watching(self, signums: tuple[int, ...], parents: bool,
-                 owner: WatchedProcess | None = None,
+                 owners: tuple[WatchedProcess, ...] = (),
                  request: Path | None = None) -> Iterator["Interruption"]:
-        """While inside: ``signums`` become stop requests, and so do the end of ``owner``, the
-        creation of the file ``request`` (:func:`relay_stop_signals`) and, with ``parents``, the
-        death of the parent (or of a parent shell's parent). Handlers and the parent-death signal
-        are restored on the way out."""
+        """While inside: ``signums`` become stop requests, and so do the end of any of ``owners``,
+        the creation of the file ``request`` (:func:`relay_stop_signals`) and, with ``parents``,
+        the death of the parent (or of a parent shell's parent). Handlers and the parent-death
+        signal are restored on the way out."""
         self._previous = previous = {signum: signal.signal(signum, self._handle)
                                      for signum in signums}
-        self._owner, self._request = owner, request
+        self._owners, self._request = owners, request
         watched = parents and sys.platform.startswith("linux")
         if watched:
             self._watch_parents()
@@ -162,7 +163,7 @@ class Interruption:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            self._owner = self._request = None
+            self._owners, self._request = (), None
             if watched:
                 _set_parent_death_signal(0)
                 self._parent = self._grandparent = None
@@ -183,8 +184,9 @@ class Interruption:
             self._grandparent = _parent_of(self._parent)
 
     def pending(self) -> str | None:
-        if self.reason is None and self._owner is not None and self._owner.ended():
-            self.request(f"process {self._owner.pid}, which started this training, exited")
+        for owner in self._owners:
+            if self.reason is None and owner.ended():
+                self.request(f"process {owner.pid}, which started this training, exited")
         if self.reason is None and self._request is not None and self._request.exists():
             self.request("the workflow that started this training is stopping")
         if self.reason is None and self._parent is not None:

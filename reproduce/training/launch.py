@@ -17,7 +17,8 @@ the job that started the trainer, after which the process exits with 128 + the s
 submitit, its pre-timeout signal, after which submitit's own handler requeues the job (at most
 the request's ``max_requeues`` times after a time limit), and SIGTERM (Slurm ending the job:
 ``scancel``, preemption), after which it exits as inline, and with the local executor the death
-of the job that started the launcher (a Slurm job is Slurm's: it outlives a killed Snakemake).
+of the launcher or of the job that started it (a Slurm job is Slurm's: it outlives a killed
+Snakemake).
 With every launcher, so does the stop request of the Snakemake that started the training
 (:func:`reproduce.training.interruption.relay_stop_signals`); a submitted job stopped so, not
 requeued, fails the launcher (:class:`TrainingStopped`). The MLflow run is then marked KILLED.
@@ -82,7 +83,8 @@ class TrainingTask(submitit.helpers.Checkpointable):
     results_dir: Path
     threads: int = 1
     stop_after_steps: int | None = None
-    stop_with: WatchedProcess | None = None  # the job's owner on this host, which it dies with
+    # The processes on this host it dies with: the job's owner, and the local launcher.
+    stop_with: tuple[WatchedProcess, ...] = ()
     stop_request: Path | None = None  # the file whose creation asks it to stop
 
     def __call__(self) -> dict | None:
@@ -112,9 +114,9 @@ class TrainingTask(submitit.helpers.Checkpointable):
         do the end of the job's owner and its stop request, where known."""
         if _inside_submitit():
             return Interruption().watching((_pre_timeout_signal(), signal.SIGTERM),
-                                           parents=False, owner=self.stop_with,
+                                           parents=False, owners=self.stop_with,
                                            request=self.stop_request)
-        return Interruption().watching(STOP_SIGNALS, parents=True, owner=self.stop_with,
+        return Interruption().watching(STOP_SIGNALS, parents=True, owners=self.stop_with,
                                        request=self.stop_request)
 
     def _train(self, interruption: Interruption) -> dict | None:
@@ -296,7 +298,7 @@ def launch_training(
             set_aside(output_dir)
     task = TrainingTask(experiment, variant, train_dir.resolve(), dev_dir.resolve(),
                         output_dir.resolve(), results_dir.resolve(), threads, stop_after_steps,
-                        stop_with=None if launcher == "slurm" else process_to_stop_with(),
+                        stop_with=_processes_to_stop_with(launcher),
                         stop_request=stop_request_path())
     if launcher == "inline":
         return task()
@@ -329,6 +331,17 @@ def launch_training(
     if results[0] is None and stop_after_steps is None:  # stopped early, not as asked
         raise _stopped_early(job)
     return results[0]
+
+
+def _processes_to_stop_with(launcher: Launcher) -> tuple[WatchedProcess, ...]:
+    """The job's owner named by the train rule (a Slurm job is Slurm's: it outlives them), and
+    with the local launcher, the launcher: killed with -9, it leaves the executor's controller
+    and ranks behind, which nothing else would stop."""
+    if launcher == "slurm":
+        return ()
+    launching = WatchedProcess.of(os.getpid()) if launcher == "local" else None
+    return tuple(process for process in (process_to_stop_with(), launching)
+                 if process is not None)
 
 
 def _stopped_early(job: submitit.Job) -> TrainingStopped:
