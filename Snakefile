@@ -2,7 +2,7 @@
 BLEU -> Tables 2 and 3. Every step is a call to the `reproduce` package's command line.
 
     snakemake --cores 2 all                                  # the embedded tiny default
-    snakemake --cores 2 results/tiny/A_h1/bleu.json          # one variant's chain only
+    snakemake --cores 2 results/tiny/A_h1/seed-1/bleu.json   # one variant's chain only
     snakemake --profile slurm all                            # the paper's WMT14 runs on Slurm
     snakemake --report report.html                           # tables, plots and BLEU in one page
 """
