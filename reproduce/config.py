@@ -67,13 +67,13 @@ class Source(Strict):
         description="The source side's file inside the archive (for tsv: the file of both "
                     "sides); for ptb one tree file or a glob over the archive's members, read in "
                     "sorted order, each `*`, `?` or `[...]` within one folder "
-                    "(`treebank_3/parsed/mrg/wsj/2[2]/*.mrg`). null: the download itself, a plain "
-                    "file rather than an archive.")
+                    "(`treebank_3/parsed/mrg/wsj/2[2]/*.mrg`). null (tsv and ptb): the download "
+                    "itself, a plain file rather than an archive.")
     target_member: str | None = Field(
         default=None,
-        description="The target side's file inside the archive (null: the download itself), "
-                    "given or left out together with source_member for text and sgm; left out for "
-                    "tsv and ptb, whose source_member holds both sides.")
+        description="The target side's file inside the archive, for text and sgm, whose sides are "
+                    "two files (both members named, and different); left out for tsv and ptb, "
+                    "whose source_member holds both sides.")
 
     @field_validator("url")
     @classmethod
@@ -90,9 +90,12 @@ class Source(Strict):
         if self.format in ("tsv", "ptb") and self.target_member is not None:
             raise ConfigError(f"a {self.format} source holds both sides in source_member; drop "
                               "target_member")
-        if (self.format not in ("tsv", "ptb")
-                and (self.source_member is None) != (self.target_member is None)):
-            raise ConfigError("give both source_member and target_member, or neither")
+        members = (self.source_member, self.target_member)
+        if self.format in ("text", "sgm") and (None in members or members[0] == members[1]):
+            raise ConfigError(
+                f"{self.format} sources read each side from its own file: name the archive's two "
+                "members in source_member and target_member (one file as both sides would pair "
+                "every sentence with itself; a file of both sides is format: tsv)")
         return self
 
     def identity(self) -> dict[str, Any]:

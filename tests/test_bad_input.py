@@ -144,7 +144,7 @@ def world(tmp_path_factory):
         digest = hashlib.sha256(served.read_bytes()).hexdigest()
         member = {"source_member": "train.src", "target_member": "train.tgt"}
         experiment = _experiment(root / "experiment.yaml", {"train": [
-            {"name": "missing", "url": f"{url}/nothere.tgz?token={SECRET}"},
+            {"name": "missing", "url": f"{url}/nothere.tgz?token={SECRET}", **member},
             {"name": "no_length", "url": f"{bare}/corpus.tgz", **member},
             {"name": "wrong_sum", "url": f"{url}/corpus.tgz", "sha256": "0" * 64, **member},
             {"name": "right", "url": f"{url}/corpus.tgz", "sha256": digest, **member},

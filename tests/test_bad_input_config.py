@@ -167,7 +167,15 @@ FIELD_CASES = [
     ("data-source-format-unknown", _set("data.train.0.format", "csv"), ["data.train.0.format"]),
     ("data-source-name-with-space", _set("data.train.0.name", "a b"), ["data.train.0.name"]),
     ("data-source-one-member-only", _set("data.train.0.target_member", REMOVE),
-     ["data.train.0", "give both source_member and target_member"]),
+     ["data.train.0", "text sources read each side from its own file"]),
+    ("data-source-text-without-members",
+     lambda raw: _set("data.train.0.source_member", REMOVE)(raw)
+     or _set("data.train.0.target_member", REMOVE)(raw),
+     ["data.train.0", "text sources read each side from its own file", "pair every sentence "
+      "with itself"]),
+    ("data-source-sgm-one-member-twice",
+     lambda raw: raw["data"]["dev"][0].update(target_member=raw["data"]["dev"][0]["source_member"]),
+     ["data.dev.0", "sgm sources read each side from its own file"]),
     ("data-mirror-one-name-two-urls",
      lambda raw: raw["data"].update(mirror_dir="mirror") or raw["data"]["dev"][0].update(
          url="file:elsewhere/tiny_corpus.tgz"),

@@ -97,3 +97,29 @@ def test_the_references_of_several_sources_follow_each_other_in_source_order(tmp
         })
     assert write_references(sources, tmp_path / "dl", tmp_path / "dev.ref", expected_lines=3) == 3
     assert (tmp_path / "dev.ref").read_text(encoding="utf-8") == "one\ntwo\nthree\n"
+
+
+def test_a_blank_tsv_line_of_a_test_set_is_an_empty_reference_in_its_place(tmp_path):
+    """Preparation reads a blank tsv line (WMT's TSV corpora separate documents with them) as an
+    empty pair and keeps it in a dev or test split; its reference is empty, in its place, so
+    that every reference stays paired with its source sentence."""
+    from reproduce.config import Cleaning
+    from reproduce.data.prepare import prepare_split
+
+    source = Source(name="news", url="file:x/news.tgz", format="tsv", source_member="news.tsv")
+    write_tgz(tmp_path / "dl" / file_name(source),
+              {"news.tsv": "one\teins\n\n  \ntwo\tzwei\n"})
+    report = prepare_split([source], "test", tmp_path / "dl", tmp_path / "data", Cleaning())
+    assert report["kept"] == 4
+    assert write_references([source], tmp_path / "dl", tmp_path / "test.ref",
+                            expected_lines=report["kept"]) == 4
+    assert (tmp_path / "test.ref").read_text(encoding="utf-8") == "eins\n\n\nzwei\n"
+
+
+def test_a_tsv_reference_line_without_a_tab_names_the_member_not_a_scratch_copy(tmp_path):
+    source = Source(name="news", url="file:x/news.tgz", format="tsv", source_member="news.tsv")
+    archive = tmp_path / "dl" / file_name(source)
+    write_tgz(archive, {"news.tsv": "one\teins\ntwo zwei\n"})
+    with pytest.raises(DataError, match=rf"^{archive} member news.tsv:2: a tsv reference line "
+                                        "holds no tab"):
+        write_references([source], tmp_path / "dl", tmp_path / "test.ref", expected_lines=2)

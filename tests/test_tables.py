@@ -28,7 +28,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def make_experiment(pair: str = "en_de", table2: dict | None = None,
                     more_variants: dict | None = None) -> Experiment:
-    source = {"name": "corpus", "url": "file:corpus.tgz"}
+    source = {"name": "corpus", "url": "file:corpus.tgz", "format": "tsv"}
     return Experiment.model_validate({
         "name": "toy",
         "source_lang": "en",

@@ -54,6 +54,11 @@ def prepare_split(
     scratch = out_dir / f".extract-{split}"
     outputs = [out_dir / f"{split}.{side}" for side in ("src", "tgt")]
     report: dict = {"split": split, "sources": {}}
+    for source in sources:  # before any is read
+        archive = download_dir / file_name(source)
+        if not archive.exists():
+            raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, "
+                                    f"{display_url(source.url)})")
     try:  # both sides are renamed into place only once the split has enough pairs
         with replaced_together(outputs, "w", encoding="utf-8") as (src_out, tgt_out):
             for source in sources:
@@ -105,9 +110,6 @@ def _read_pairs(source: Source, archive: Path, scratch: Path,
                 progress: StageProgress) -> Iterator[tuple[str, str]]:
     """The source's sentence pairs, streamed; their number goes to ``progress`` once the members
     are extracted (trees are not counted ahead: treebanks are small)."""
-    if not archive.exists():
-        raise MissingInputError(f"{archive}: not downloaded (source {source.name!r}, "
-                                f"{display_url(source.url)})")
     if source.format == "ptb":
         for tree in read_source_trees(source, archive, scratch):
             yield " ".join(leaves(tree)), linearize(tree)

@@ -41,22 +41,28 @@ def _sacrebleu_clean(text: str) -> str:
     return _WHITESPACE_RUN.sub(" ", text.strip())
 
 
-def reference_lines(path: Path, format: str) -> list[str]:
+def reference_lines(path: Path, format: str, label: str | None = None) -> list[str]:
     """The references in ``path`` (one member of a source, of ``format``) as sacreBLEU reads
-    them."""
+    them; ``label`` names the file in errors (the download's member) when ``path`` is a scratch
+    copy."""
     with path.open(encoding="utf-8", newline="\n") as stream:  # sacrebleu.utils.smart_open
         if format == "sgm":
             return [_sacrebleu_clean(_SEGMENT_LINE.sub(r"\1", line))
                     for line in stream if line.startswith("<seg ")]
         if format == "text":
             return [line.rstrip() for line in stream]
-        return [_tsv_target(line, path, number) for number, line in enumerate(stream, start=1)]
+        return [_tsv_target(line, label or str(path), number)
+                for number, line in enumerate(stream, start=1)]
 
 
-def _tsv_target(line: str, path: Path, number: int) -> str:
+def _tsv_target(line: str, label: str, number: int) -> str:
+    """A blank line is the empty pair that preparation reads there (WMT's TSV corpora separate
+    documents with them), so its reference is empty (sacreBLEU's reader would fail on it)."""
+    if not line.strip():
+        return ""
     columns = line.rstrip("\n").split("\t")
     if len(columns) < 2:
-        raise DataError(f"{path}:{number}: a tsv reference line holds no tab; expected "
+        raise DataError(f"{label}:{number}: a tsv reference line holds no tab; expected "
                         "'source<TAB>target'")
     return columns[1]
 
@@ -78,7 +84,8 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
                 continue
             member = source.target_member if source.format != "tsv" else source.source_member
             extracted = extract_member(archive, member, Path(scratch) / f"{source.name}.ref")
-            references += reference_lines(extracted, source.format)
+            label = f"{archive} member {member}" if member is not None else str(archive)
+            references += reference_lines(extracted, source.format, label)
     if len(references) != expected_lines:
         members = ", ".join(f"{source.name}:{source.target_member or source.source_member}"
                             for source in sources)
