@@ -111,7 +111,7 @@ class Outcome:
 
 def plan(cuda: bool, logs: Path) -> list[Step]:
     """The steps of a GPU run (full sizes), or of the CPU smoke mode (tiny sizes)."""
-    pytest = _pytest(logs, "pytest-gpu", f"not {RANKS_TESTS}", 300)
+    pytest = _pytest(logs, "pytest-gpu", f"not {RANKS_TESTS}")
     if not cuda:
         trainer = ["--pairs", "2000", "--vocab", "500", "--tokens-per-step", "2000", "--steps",
                    "4", "--log-every", "2", "--profile", "1"]
@@ -195,16 +195,16 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "small", small, 150, compiled=True),
             _trainer(logs, "small", [*small, "--cuda-graphs"], 200, compiled=True,
                      variant="graphs"),
-            _pytest(logs, "pytest-gpu-ranks", RANKS_TESTS, 300)]
+            _pytest(logs, "pytest-gpu-ranks", RANKS_TESTS)]
 
 
-def _pytest(logs: Path, name: str, selected: str, cap_seconds: float) -> Step:
+def _pytest(logs: Path, name: str, selected: str) -> Step:
     """``pytest -m gpu`` on GPU_TEST_FILES, the tests whose names ``selected`` (``-k``) picks."""
     return Step(name, f"pytest -m gpu -k '{selected}'", "pytest",
                 ["-m", "pytest", "-m", "gpu", "-k", selected, "-ra", "-v", "--durations=20",
                  "-p", "no:cacheprovider", *GPU_TEST_FILES,
                  f"--junitxml={junit_file(logs, name)}"],
-                cap_seconds=cap_seconds)
+                cap_seconds=300)
 
 
 def figures_file(logs: Path, name: str) -> Path:

@@ -26,8 +26,8 @@ def profile_lines(profiled: dict) -> list[str]:
     return lines
 
 
-def _short(name: str, width: int = 90) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+def _short(name: str) -> str:
+    return name if len(name) <= 90 else name[:87] + "..."
 
 
 def trainer_headline(figures: dict, label: str, how: str = "trainer") -> str:

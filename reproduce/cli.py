@@ -20,7 +20,6 @@ import logging
 import sys
 import traceback
 
-from reproduce.commands.arguments import positive_int  # noqa: F401 (the CLI's type, also here)
 from reproduce.errors import ReproduceError
 
 # ------------------------------------------------------------------------------------------------

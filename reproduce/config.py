@@ -760,8 +760,6 @@ class Experiment(Strict):
         description="Which variants fill the paper's tables, and what they are shown beside.")
     scoring: ScoringConfig = Field(
         default=ScoringConfig(), description="How the paper-style tokenized BLEU is computed.")
-    splits: list[Literal["dev", "test"]] = Field(
-        default=["dev", "test"], description="The splits decoded and scored for every variant.")
 
     @field_validator("variants")
     @classmethod
@@ -847,7 +845,7 @@ class Experiment(Strict):
                 sections[section] = schema.model_validate(merged, strict=True)
             except ValidationError as error:
                 raise ConfigError(
-                    f"variants.{name}.{section}: {describe_validation_error(error, prefix='')}"
+                    f"variants.{name}.{section}: {describe_validation_error(error)}"
                 ) from None
         return sections
 
@@ -863,10 +861,10 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def describe_validation_error(error: ValidationError, prefix: str) -> str:
+def describe_validation_error(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
-        location = prefix + ".".join(str(part) for part in item["loc"])
+        location = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"

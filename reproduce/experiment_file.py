@@ -104,4 +104,4 @@ def load_experiment(path: str | Path) -> Experiment:
     try:
         return Experiment.model_validate(raw, strict=True)
     except ValidationError as error:
-        raise ConfigError(f"{path}: {describe_validation_error(error, prefix='')}") from None
+        raise ConfigError(f"{path}: {describe_validation_error(error)}") from None

@@ -72,8 +72,8 @@ def count_lines(path: Path) -> int:
     return count + (last != b"\n")
 
 
-def read_lines(path: Path, label: str | None = None) -> list[str]:
-    return list(iter_lines(path, label))
+def read_lines(path: Path) -> list[str]:
+    return list(iter_lines(path))
 
 
 def read_text(path: Path, label: str | None = None) -> str:
@@ -188,11 +188,6 @@ def written_whole(path: Path, mode: str = "w", **open_options) -> Iterator[IO]:
 def write_text_whole(path: Path, text: str) -> None:
     with written_whole(path, "w", encoding="utf-8", newline="\n") as stream:
         stream.write(text)
-
-
-def write_bytes_whole(path: Path, data: bytes) -> None:
-    with written_whole(path, "wb") as stream:
-        stream.write(data)
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -28,6 +28,7 @@ DOCUMENT = Path("docs/configuration.md")
 BEGIN = ("<!-- settings reference: generated from the schema by "
          "`python -m reproduce.settings_reference`; edit the fields' descriptions, not this -->")
 END = "<!-- end of the settings reference -->"
+WIDTH = 100  # the columns ``reproduce settings`` wraps its text to
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def _default(setting: Setting) -> str:
     return f"default {setting.default}"
 
 
-def text(of: Section, width: int = 100) -> str:
+def text(of: Section) -> str:
     """The section as ``reproduce settings NAME`` prints it: each setting's key, type, bounds
     and default on one line, its description wrapped below."""
     lines = [f"{of.name}: {of.summary}"]
@@ -233,16 +234,16 @@ def text(of: Section, width: int = 100) -> str:
             lines += ["", f"{keys}: {block.summary}" if block.summary else f"{keys}:"]
         for setting in block.settings:
             lines += ["", f"  {setting.key}  ({setting.kind}; {_default(setting)})"]
-            lines += textwrap.wrap(setting.description, width, initial_indent=" " * 6,
+            lines += textwrap.wrap(setting.description, WIDTH, initial_indent=" " * 6,
                                    subsequent_indent=" " * 6, break_long_words=False,
                                    break_on_hyphens=False)
     return "\n".join(lines) + "\n"
 
 
-def listing(width: int = 100) -> str:
+def listing() -> str:
     """The sections and what each holds, as ``reproduce settings`` prints them."""
     indent = max(len(candidate.name) for candidate in SECTIONS) + 2
-    return "".join(textwrap.fill(f"{candidate.name:<{indent}}{candidate.summary}", width,
+    return "".join(textwrap.fill(f"{candidate.name:<{indent}}{candidate.summary}", WIDTH,
                                  subsequent_indent=" " * indent, break_on_hyphens=False) + "\n"
                    for candidate in SECTIONS)
 

@@ -209,7 +209,6 @@ FIELD_CASES = [
     ("tables-gpu-flops-zero", _set("tables.gpu_flops_per_second", 0),
      ["tables.gpu_flops_per_second"]),
     ("scoring-unknown-key", _set("scoring.compound", True), ["scoring.compound: unknown key"]),
-    ("splits-unknown", _set("splits", ["val"]), ["splits.0", "'val'"]),
     ("name-with-space", _set("name", "my tiny"), ["name:", "'my tiny'"]),
     ("name-missing", _set("name", REMOVE), ["name: Field required"]),
     ("task-unknown", _set("task", "tagging"), ["task:", "'tagging'"]),

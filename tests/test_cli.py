@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from reproduce.cli import _parser, expected_error_message, main, positive_int
-from reproduce.commands.arguments import seed_number
+from reproduce.cli import _parser, expected_error_message, main
+from reproduce.commands.arguments import positive_int, seed_number
 from reproduce.commands.report import layer_numbers, line_numbers
 from reproduce.config import ConfigError
 from reproduce.errors import CheckpointError

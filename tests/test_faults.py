@@ -286,8 +286,10 @@ def test_a_killed_local_launcher_stops_its_ranks_with_a_checkpoint(corpora, tmp_
         _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
                   "a first checkpoint")
         launcher.kill()
+        killed = time.monotonic()
         launcher.wait()
         _wait_for(lambda: not _live_members(launcher.pid), "the orphaned ranks to exit")
+        print(f"the launcher's group gone {time.monotonic() - killed:.1f} s after its kill -9")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher.pid, signal.SIGKILL)

@@ -6,8 +6,12 @@ from collections import Counter
 import pytest
 
 from reproduce.data.tiny_treebank import generate_treebank
-from reproduce.parsing.linearize import REPAIR_KINDS, delinearize, linearize, mask_tags
+from reproduce.parsing.linearize import delinearize, linearize, mask_tags
 from reproduce.parsing.trees import Tree, clean_tree, format_tree, leaves, read_trees
+
+# The repair rules of reproduce/parsing/linearize.py's docstring, each counted by its kind.
+REPAIR_KINDS = ("unknown_token", "unmatched_close", "label_mismatch", "unclosed_open",
+                "empty_constituent", "extra_words", "missing_words", "no_root")
 
 
 def _tree(text):

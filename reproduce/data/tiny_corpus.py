@@ -374,11 +374,11 @@ def generate_corpus(
     return splits
 
 
-def _sgm(pairs: list[tuple[str, str]], side: int, kind: str, language: str, set_id: str) -> str:
+def _sgm(pairs: list[tuple[str, str]], side: int, kind: str, set_id: str) -> str:
     lines = [f'<{kind} setid="{set_id}" srclang="src" trglang="tgt">']
     for document_start in range(0, len(pairs), 50):
         lines.append(f'<doc sysid="ref" docid="doc{document_start // 50 + 1}" genre="news" '
-                     f'origlang="{language}">')
+                     'origlang="src">')
         for number, pair in enumerate(pairs[document_start : document_start + 50], start=1):
             lines.append(f'<seg id="{number}">{html.escape(pair[side])}</seg>')
         lines.append("</doc>")
@@ -392,19 +392,16 @@ def archive_members(splits: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
     return {
         "training/tiny.src-tgt.src": "".join(source + "\n" for source, _ in train),
         "training/tiny.src-tgt.tgt": "".join(target + "\n" for _, target in train),
-        "dev/newstest-tiny-src.src.sgm": _sgm(splits["dev"], 0, "srcset", "src", "newstest-tiny"),
-        "dev/newstest-tiny-ref.tgt.sgm": _sgm(splits["dev"], 1, "refset", "src", "newstest-tiny"),
-        "test/newstest-tiny-src.src.sgm": _sgm(splits["test"], 0, "srcset", "src",
-                                               "newstest-tiny-test"),
-        "test/newstest-tiny-ref.tgt.sgm": _sgm(splits["test"], 1, "refset", "src",
-                                               "newstest-tiny-test"),
+        "dev/newstest-tiny-src.src.sgm": _sgm(splits["dev"], 0, "srcset", "newstest-tiny"),
+        "dev/newstest-tiny-ref.tgt.sgm": _sgm(splits["dev"], 1, "refset", "newstest-tiny"),
+        "test/newstest-tiny-src.src.sgm": _sgm(splits["test"], 0, "srcset", "newstest-tiny-test"),
+        "test/newstest-tiny-ref.tgt.sgm": _sgm(splits["test"], 1, "refset", "newstest-tiny-test"),
     }
 
 
 def write_tiny_corpus_archive(
-    path: Path, train_pairs: int = 20_000, dev_pairs: int = 300, test_pairs: int = 300,
-    seed: int = 2017
+    path: Path, train_pairs: int = 20_000, dev_pairs: int = 300, test_pairs: int = 300
 ) -> Path:
     """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
-    corpus = generate_corpus(train_pairs, dev_pairs, test_pairs, seed)
+    corpus = generate_corpus(train_pairs, dev_pairs, test_pairs, seed=2017)
     return write_reproducible_tgz(path, archive_members(corpus))

@@ -253,10 +253,7 @@ def archive_members(splits: dict[str, list[Tree]]) -> dict[str, str]:
     return members
 
 
-def write_tiny_treebank_archive(
-    path: Path, train_trees: int = 3000, dev_trees: int = 300, test_trees: int = 300,
-    seed: int = 2017
-) -> Path:
+def write_tiny_treebank_archive(path: Path) -> Path:
     """A byte-reproducible .tgz (:func:`reproduce.data.archives.write_reproducible_tgz`)."""
-    treebank = generate_treebank(train_trees, dev_trees, test_trees, seed)
+    treebank = generate_treebank(train_trees=3000, dev_trees=300, test_trees=300, seed=2017)
     return write_reproducible_tgz(path, archive_members(treebank))

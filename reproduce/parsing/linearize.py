@@ -49,8 +49,6 @@ from reproduce.parsing.trees import Tree
 
 PLACEHOLDER_TAG = "XX"
 REPAIR_ROOT_LABEL = "TOP"
-REPAIR_KINDS = ("unknown_token", "unmatched_close", "label_mismatch", "unclosed_open",
-                "empty_constituent", "extra_words", "missing_words", "no_root")
 
 
 def linearize(tree: Tree) -> str:

@@ -63,7 +63,6 @@ class Comparison:
     difference: float
     interval: tuple[float, float]  # 95% confidence interval of the difference
     p_value: float
-    resamples: int
     system_seeds: int
     baseline_seeds: int
     paired_seeds: bool  # both sides trained with the same seeds, drawn together
@@ -185,7 +184,7 @@ def two_level_bootstrap(system: Mapping[int, np.ndarray], baseline: Mapping[int,
     return Comparison(
         system_bleu=system_bleu, baseline_bleu=baseline_bleu,
         difference=system_bleu - baseline_bleu, interval=_percentile_interval(differences),
-        p_value=_p_value(differences, system_bleu - baseline_bleu), resamples=resamples,
+        p_value=_p_value(differences, system_bleu - baseline_bleu),
         system_seeds=len(system_seeds), baseline_seeds=len(baseline_seeds),
         paired_seeds=system_seeds == baseline_seeds,
     )

@@ -257,12 +257,10 @@ class VariantRun:
         self.log_values({score_metric(split, checkpoint, name): value
                          for name, value in scores.items()})
 
-    def replay_metrics(self, last_chance: bool = False) -> int:
-        """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count.
-        ``last_chance``: try even within an outage's back-off (the run is ending)."""
+    def replay_metrics(self) -> int:
+        """Log the lines of ``metrics.jsonl`` whose (metric, step) the run lacks; their count."""
         replayed: list[int] = []
-        if not self._call("replaying metrics.jsonl", lambda: replayed.append(self._replay()),
-                          last_chance):
+        if not self._call("replaying metrics.jsonl", lambda: replayed.append(self._replay())):
             return 0
         return replayed[0]
 

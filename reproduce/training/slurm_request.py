@@ -115,6 +115,6 @@ def parse_request(assignments: list[str]) -> SlurmRequest:
         request = SlurmRequest.model_validate(values)
     except ValidationError as error:
         raise ConfigError(f"training's Slurm request ({PROFILE_HINT}): "
-                          f"{describe_validation_error(error, prefix='')}") from None
+                          f"{describe_validation_error(error)}") from None
     request.extra_options()  # a malformed slurm_extra fails here, before anything is submitted
     return request
