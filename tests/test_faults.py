@@ -246,10 +246,7 @@ def test_ctrl_c_or_a_closed_terminal_stops_the_local_ranks_with_a_checkpoint(cor
     The ranks stop after their step with a checkpoint, sent SIGTERM by the launcher, which waits
     for them and fails in one line; no process of the group is left."""
     folder = tmp_path / "variant"
-    launcher = subprocess.Popen(_trainer_process(corpora, folder, 2000, launch=True,
-                                                 launcher="local", tasks=2),
-                                env=ENVIRONMENT, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)  # a terminal's foreground group
+    launcher = _local_launcher(corpora, folder, stderr=subprocess.PIPE)
     try:
         _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
                   "a first checkpoint")
@@ -263,8 +260,22 @@ def test_ctrl_c_or_a_closed_terminal_stops_the_local_ranks_with_a_checkpoint(cor
     assert launcher.returncode != 0
     assert re.search(r"training job \d+ stopped before its last step; its checkpoint resumes "
                      r"it", stderr), stderr[-3000:]
+    _assert_rank_0_stopped_with_a_checkpoint(folder, r"received SIGTERM")
+
+
+def _local_launcher(corpora, folder: Path, stderr) -> subprocess.Popen:
+    """The local launcher with 2 ranks run by hand, leading a process group of its own (as a
+    terminal's foreground group), its steps enough to last until it is stopped."""
+    return subprocess.Popen(_trainer_process(corpora, folder, 2000, launch=True,
+                                             launcher="local", tasks=2),
+                            env=ENVIRONMENT, stderr=stderr, text=True, start_new_session=True)
+
+
+def _assert_rank_0_stopped_with_a_checkpoint(folder: Path, reason: str) -> None:
+    """Rank 0's log says it stopped for ``reason`` (a pattern), its newest checkpoint is of the
+    step it stopped at, and its MLflow run is KILLED."""
     log = "".join(path.read_text() for path in (folder / "submitit").glob("*_0_log.err"))
-    stopped = re.search(r"training stopped at step (\d+) \(received SIGTERM\); its checkpoint "
+    stopped = re.search(r"training stopped at step (\d+) \(" + reason + r"\); its checkpoint "
                         r"resumes it", log)
     assert stopped, log[-3000:]
     assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == \
@@ -278,10 +289,7 @@ def test_a_killed_local_launcher_stops_its_ranks_with_a_checkpoint(corpora, tmp_
     behind, orphaned, with no signal: rank 0 sees the launcher gone, and the ranks stop after
     their step with a checkpoint and release the lock; no process of the group is left."""
     folder = tmp_path / "variant"
-    launcher = subprocess.Popen(_trainer_process(corpora, folder, 2000, launch=True,
-                                                 launcher="local", tasks=2),
-                                env=ENVIRONMENT, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    launcher = _local_launcher(corpora, folder, stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: list_checkpoints(folder / "checkpoints") and _holder_pid(folder),
                   "a first checkpoint")
@@ -293,13 +301,8 @@ def test_a_killed_local_launcher_stops_its_ranks_with_a_checkpoint(corpora, tmp_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher.pid, signal.SIGKILL)
-    log = "".join(path.read_text() for path in (folder / "submitit").glob("*_0_log.err"))
-    stopped = re.search(rf"training stopped at step (\d+) \(process {launcher.pid}, which "
-                        r"started this training, exited\); its checkpoint resumes it", log)
-    assert stopped, log[-3000:]
-    assert load_checkpoint(list_checkpoints(folder / "checkpoints")[-1])["step"] == \
-        int(stopped.group(1))
-    assert "KILLED" in _run_status(folder)
+    _assert_rank_0_stopped_with_a_checkpoint(
+        folder, rf"process {launcher.pid}, which started this training, exited")
     with VariantLock(folder):  # released: the next trainer may start at once
         pass
 
