@@ -277,6 +277,14 @@ def _encoded_with_vocabulary(world: World, vocab_size: int, pairs: int = 1) -> P
     return path
 
 
+def _encoded_with_long_dev_line(world: World) -> Path:
+    """A dev split whose line 2 is one piece over ``decoding.max_source_pieces`` (1024) with its
+    end of sentence."""
+    path = world.root / "encoded-long-line"
+    write_encoded(path, 120, [([5, 6], [7, 8]), ([5] * 1024, [7, 8]), ([5] * 1023, [7, 8])])
+    return path
+
+
 def _encoded_with_other_pieces(world: World) -> Path:
     """An encoded split whose record names another sentencepiece model than the checkpoint's."""
     path = world.root / "encoded-other-pieces"
@@ -359,6 +367,10 @@ CASES = [
     ("train-empty-dev-split", "train",
      lambda w: _train(w, **{"--dev-data": _encoded_with_vocabulary(w, 120, pairs=0)}),
      ["encoded-120-0", "the encoded dev split holds no sentence pair"]),
+    ("train-dev-line-too-long-to-decode", "train",
+     lambda w: _train(w, **{"--dev-data": _encoded_with_long_dev_line(w)}),
+     ["encoded-long-line (the encoded dev split, decoded after training) line 2: 1025 pieces",
+      "decoding.max_source_pieces=1024"]),
     ("train-model-too-large-for-memory", "train",
      lambda w: _train(w, **{"--experiment": _bad_experiment(
          w, lambda raw: raw["model"].update(d_model=32768, d_ff=2**24))}),

@@ -13,7 +13,7 @@ logged as decoding goes (:mod:`reproduce.stage_progress`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,7 +82,8 @@ def translate_sentences(
     translated as an empty line without running the model, as Moses and fairseq do: given only
     the end of sentence, a model invents a sentence, which BLEU would count against it."""
     encoded = [ids + [EOS] for ids in processor.encode(sentences)]
-    _check_lengths(encoded, decoding.max_source_pieces, model.config.position_limit, source_name)
+    check_source_lengths((len(ids) for ids in encoded), decoding.max_source_pieces,
+                         model.config.position_limit, source_name)
     translations: list[str] = [""] * len(encoded)
     order = sorted((index for index, ids in enumerate(encoded) if len(ids) > 1),
                    key=lambda index: len(encoded[index]))
@@ -188,8 +189,8 @@ def write_translations(model: Seq2Seq, processor: sentencepiece.SentencePiecePro
     write_text_whole(out, "".join(line + "\n" for line in translations))
 
 
-def _check_lengths(encoded: list[list[int]], max_source_pieces: int, position_limit: int | None,
-                   source_name: str) -> None:
+def check_source_lengths(lengths: Iterable[int], max_source_pieces: int,
+                         position_limit: int | None, source_name: str) -> None:
     """Refuse, before any decoding, a line longer than ``decoding.max_source_pieces`` or than
     learned positions reach (row E), whichever is less. Beam search runs a line's length +
     ``max_length_offset`` steps, each attending to the whole line: one line of 51,000 words (a
@@ -202,9 +203,9 @@ def _check_lengths(encoded: list[list[int]], max_source_pieces: int, position_li
         limit, beyond = max_source_pieces, (
             f"decoding.max_source_pieces={max_source_pieces}; split the line (were the file's "
             f"line breaks lost?) or drop it, or raise decoding.max_source_pieces")
-    for number, ids in enumerate(encoded, start=1):
-        if len(ids) > limit:
-            raise DataError(f"{source_name} line {number}: {len(ids)} pieces (end of sentence "
+    for number, length in enumerate(lengths, start=1):
+        if length > limit:
+            raise DataError(f"{source_name} line {number}: {length} pieces (end of sentence "
                             f"included), more than {beyond}")
 
 

@@ -61,7 +61,7 @@ from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,
                                              process_to_stop_with, stop_request_path)
-from reproduce.training.preflight import check_fits, check_not_empty
+from reproduce.training.preflight import check_dev_decodable, check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.assembly import build_trainer
 from reproduce.training.variant_lock import VariantLock
@@ -292,7 +292,7 @@ def launch_training(
     # Refuses a URI that cannot work, in seconds, before training; a silent server is a warning.
     prepare_store(results_dir, wait_for_server=True)
     check_not_empty(train_dir, "train")
-    check_not_empty(dev_dir, "dev")
+    check_dev_decodable(check_not_empty(dev_dir, "dev"), dev_dir, variant)
     if restart:
         with VariantLock(output_dir):
             set_aside(output_dir)

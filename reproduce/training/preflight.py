@@ -2,6 +2,8 @@
 submitted or a tracking run is opened, so that the answer is one line, not a traceback an hour in.
 
 - An encoded split without a sentence pair (a prepared file emptied by cleaning, say).
+- A dev line that evaluation, which decodes the dev split after training, would refuse as too
+  long to decode.
 - A model whose parameters, gradients and Adam's two moments alone exceed the memory the run may
   use: the sure part of training's memory. Activations come on top and are not estimated, so a
   model that passes may still run out of memory; one that fails this check cannot fit.
@@ -14,8 +16,9 @@ from pathlib import Path
 
 import torch
 
-from reproduce.config import ModelConfig
+from reproduce.config import ModelConfig, ResolvedVariant
 from reproduce.data.encoded import EncodedCorpus
+from reproduce.decoding.translate import check_source_lengths
 from reproduce.errors import ConfigError, DataError
 from reproduce.model.parameter_count import analytic_parameter_count
 
@@ -41,6 +44,14 @@ def check_not_empty(directory: Path, split: str) -> EncodedCorpus:
             f"{split} files it was encoded from (cleaning may have removed every line)"
         )
     return corpus
+
+
+def check_dev_decodable(dev: EncodedCorpus, directory: Path, variant: ResolvedVariant) -> None:
+    """Refuse a dev line longer than decoding takes (:func:`check_source_lengths`): evaluation
+    decodes the dev split with the trained model, and would refuse it only after training."""
+    check_source_lengths(dev.source_lengths + 1, variant.decoding.max_source_pieces,  # + EOS
+                         variant.model.position_limit,
+                         f"{directory} (the encoded dev split, decoded after training)")
 
 
 def training_state_bytes(config: ModelConfig, vocab_size: int) -> int:
