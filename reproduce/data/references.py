@@ -56,8 +56,9 @@ def reference_lines(path: Path, format: str, label: str | None = None) -> list[s
 
 
 def _tsv_target(line: str, label: str, number: int) -> str:
-    """A blank line is the empty pair that preparation reads there (WMT's TSV corpora separate
-    documents with them), so its reference is empty (sacreBLEU's reader would fail on it)."""
+    """A blank line is the empty pair that preparation reads there (a blank line between
+    documents, say), so its reference is empty, keeping every later reference beside its
+    source."""
     if not line.strip():
         return ""
     columns = line.rstrip("\n").split("\t")
