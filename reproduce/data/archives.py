@@ -35,6 +35,11 @@ def extract_member(archive: Path, member: str | None, destination: Path) -> Path
     return destination
 
 
+def member_label(archive: Path, member: str | None) -> str:
+    """How a file inside a download is named in errors (None: the download itself)."""
+    return f"{archive} member {member}" if member is not None else str(archive)
+
+
 def _damaged(archive: Path, doing: str, error: BaseException) -> DataError:
     reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return DataError(f"{archive}: damaged or cut short ({reason}) while {doing}; "

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from reproduce.config import Cleaning, Source
-from reproduce.data.archives import extract_member
+from reproduce.data.archives import extract_member, member_label
 from reproduce.data.download import display_url, file_name
 from reproduce.data.sgm import read_sgm
 from reproduce.data.treebank import read_source_trees
@@ -117,12 +117,12 @@ def _read_pairs(source: Source, archive: Path, scratch: Path,
     if source.format == "tsv":
         path = extract_member(archive, source.source_member, scratch / f"{source.name}.tsv")
         progress.set_total(count_lines(path))
-        yield from _read_tsv(path, source, _label(archive, source.source_member))
+        yield from _read_tsv(path, source, member_label(archive, source.source_member))
         return
     src = extract_member(archive, source.source_member, scratch / f"{source.name}.src")
     tgt = extract_member(archive, source.target_member, scratch / f"{source.name}.tgt")
-    src_label = _label(archive, source.source_member)
-    tgt_label = _label(archive, source.target_member)
+    src_label = member_label(archive, source.source_member)
+    tgt_label = member_label(archive, source.target_member)
     if source.format == "sgm":
         src_lines, tgt_lines = read_sgm(src, src_label), read_sgm(tgt, tgt_label)
         if len(src_lines) != len(tgt_lines):
@@ -140,11 +140,6 @@ def _read_pairs(source: Source, archive: Path, scratch: Path,
             raise _mismatch(source, src_total, tgt_total)
         count += 1
         yield source_line, target_line
-
-
-def _label(archive: Path, member: str | None) -> str:
-    """How a file inside a download is named in errors."""
-    return f"{archive} member {member}" if member is not None else str(archive)
 
 
 def _read_tsv(path: Path, source: Source, label: str) -> Iterator[tuple[str, str]]:

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from reproduce.config import Source
-from reproduce.data.archives import extract_member
+from reproduce.data.archives import extract_member, member_label
 from reproduce.data.download import file_name
 from reproduce.data.treebank import read_source_trees
 from reproduce.errors import DataError
@@ -85,8 +85,7 @@ def write_references(sources: list[Source], download_dir: Path, out_path: Path,
                 continue
             member = source.target_member if source.format != "tsv" else source.source_member
             extracted = extract_member(archive, member, Path(scratch) / f"{source.name}.ref")
-            label = f"{archive} member {member}" if member is not None else str(archive)
-            references += reference_lines(extracted, source.format, label)
+            references += reference_lines(extracted, source.format, member_label(archive, member))
     if len(references) != expected_lines:
         members = ", ".join(f"{source.name}:{source.target_member or source.source_member}"
                             for source in sources)

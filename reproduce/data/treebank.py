@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from reproduce.config import Source
-from reproduce.data.archives import extract_member, matching_members
+from reproduce.data.archives import extract_member, matching_members, member_label
 from reproduce.files import read_text
 from reproduce.parsing.trees import Tree, TreeError, clean_tree, read_trees
 
@@ -26,7 +26,7 @@ def read_source_trees(source: Source, archive: Path, scratch: Path) -> Iterator[
                else matching_members(archive, source.source_member))
     for index, member in enumerate(members):
         path = extract_member(archive, member, scratch / f"{source.name}.{index}.mrg")
-        label = f"{archive} member {member}" if member is not None else str(archive)
+        label = member_label(archive, member)
         for number, tree in enumerate(read_trees(read_text(path, label), label), start=1):
             try:
                 yield clean_tree(tree)
