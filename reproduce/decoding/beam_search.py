@@ -67,8 +67,9 @@ def _next_token_log_probs(logits: Tensor, step: int | Tensor, max_lengths: Tenso
     log_probs = torch.log_softmax(logits.float(), dim=-1)
     log_probs[:, PAD] = NEGATIVE_INFINITY
     log_probs[:, BOS] = NEGATIVE_INFINITY
-    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
-    not_eos[EOS] = False
+    # built on the device: a Python value written into a CUDA tensor is a host copy, which a
+    # CUDA graph's capture refuses
+    not_eos = torch.arange(log_probs.size(-1), device=log_probs.device).ne(EOS)
     # masked without asking whether any row is at its limit: that question is a host read
     return log_probs.masked_fill_(max_lengths.le(step).unsqueeze(1) & not_eos, NEGATIVE_INFINITY)
 

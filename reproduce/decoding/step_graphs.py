@@ -27,6 +27,9 @@ class StepGraphs:
         self.rows = -1  # the row count of the last step (its graph's, once recorded)
         self.pool: tuple[int, int] | None = None  # the graphs' memory: one replays at a time
         self.stream: torch.cuda.Stream | None = None  # where they are recorded
+        # Every graph recorded into the pool, kept while the search lasts: the allocator frees a
+        # pool when its last graph goes, and refuses a later recording into a freed pool.
+        self.recorded: list[torch.cuda.CUDAGraph] = []
 
     def __call__(self, step: Callable[[], None], rows: int, device: torch.device) -> None:
         if not (self.capture and device.type == "cuda") or rows != self.rows:
@@ -42,6 +45,7 @@ class StepGraphs:
         ``torch.cuda.graph``, which synchronises and empties the allocator's cache at every
         recording, where a search records one graph per set of rows."""
         self.graph = torch.cuda.CUDAGraph()
+        self.recorded.append(self.graph)
         if self.pool is None:
             self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream()
         self.stream.wait_stream(torch.cuda.current_stream())
