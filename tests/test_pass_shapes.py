@@ -452,3 +452,18 @@ def test_a_padded_bucket_has_room_for_its_tokens_beside_its_dummy_rows_first_pos
         shape = pass_shape(rng.integers(2, 30, pairs), rng.integers(2, 30, pairs),
                            max_tokens=1024, multiple=8)
         assert shape.tokens <= shape.rows * shape.width - (shape.rows - pairs)
+
+
+def test_a_packed_bucket_that_its_pairs_fill_exactly_takes_no_dummy_tokens(tmp_path):
+    """Pairs whose tokens are exactly a bucket's, on both sides, leave no dummy token and need no
+    dummy row: the pass is its pairs alone, each weighed 1. 2 pairs of 15 + 1 tokens a side
+    fill the 32-token bucket."""
+    write_encoded(tmp_path / "c", VOCAB, [(list(range(4, 19)), list(range(19, 34)))] * 2)
+    corpus, pairs = EncodedCorpus.open(tmp_path / "c"), np.arange(2)
+    shape = pass_shape(corpus.source_lengths[pairs] + 1, corpus.target_lengths[pairs] + 1,
+                       max_tokens=1024, multiple=8, packed_width=16)
+    assert shape.tokens == 32 and shape.packed
+    batch, plain = collate(corpus, pairs, multiple=8, shape=shape), collate(corpus, pairs)
+    assert torch.all(batch.target_weight == 1) and len(batch.target_weight) == 32
+    assert target_tokens(batch.target_output, batch.target_index).tolist() == target_tokens(
+        plain.target_output, plain.target_index).tolist()

@@ -298,6 +298,8 @@ def _with_packed_dummy_tokens(real: np.ndarray, shape: PassShape,
     pass's last ``rows`` rows (:func:`packed_dummy_rows`, the same rows on both sides), from
     each row's second position on; so each of those rows holds dummy tokens on both sides
     (:func:`pass_shape` gives each side enough), and every other row a pair's tokens or none."""
+    if rows == 0:  # the pairs fill the pass on both sides
+        return real, np.ones(len(real), dtype=bool)
     dummies = shape.tokens - len(real)
     per_row = np.full(rows, dummies // rows) + (np.arange(rows) < dummies % rows)
     first = (shape.rows - rows) * shape.width + 1  # the second position of the first such row
