@@ -25,10 +25,11 @@ sentences/s and generated tokens/s (each hypothesis' tokens and its EOS), e.g.
     H100 base (beam 4, alpha 0.6, 3003 sentences, worst lengths): 41.0 sentences/s, 3,200 gen...
 
 (``generated tok/s`` at its end). ``--check-every``, ``--sentences-per-batch``,
-``--tokens-per-batch``, ``--cuda-graphs`` and ``--precision`` replace the ``decoding`` settings
-``check_every``, ``max_sentences_per_batch``, ``max_tokens_per_batch``, ``cuda_graphs`` and
-``precision`` of the config, and the headline names
-each one replaced (``..., trained lengths, check_every=8): ...``).
+``--tokens-per-batch``, ``--cuda-graphs`` (or ``--no-cuda-graphs``) and ``--precision`` replace
+the ``decoding`` settings ``check_every``, ``max_sentences_per_batch``, ``max_tokens_per_batch``,
+``cuda_graphs`` and ``precision`` of the config, and the headline names each one replaced
+(``..., trained lengths, check_every=8): ...``); the config's ``auto`` takes its value for the
+device that decodes (on a GPU: CUDA graphs, done sentences read every 8 steps).
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
@@ -41,7 +42,8 @@ kernels run and launches from the host, the top kernels and host operations.
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding
 settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
-``tokens_per_batch``, ``check_every``), ``replaced`` (the settings given on the command line),
+``tokens_per_batch``, ``check_every``, ``cuda_graphs``: the values decoding ran with),
+``replaced`` (the settings given on the command line),
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
@@ -194,8 +196,9 @@ def main() -> None:
                         help="decoding.max_sentences_per_batch (default: the config's)")
     parser.add_argument("--tokens-per-batch", type=int,
                         help="decoding.max_tokens_per_batch (default: the config's)")
-    parser.add_argument("--cuda-graphs", action="store_true", default=None,
-                        help="decoding.cuda_graphs: the decoder's steps replayed as CUDA graphs")
+    parser.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction,
+                        help="decoding.cuda_graphs: the decoder's steps replayed as CUDA graphs "
+                             "(default: the config's)")
     parser.add_argument("--precision", choices=get_args(DecodingPrecision),
                         help="decoding.precision (default: the config's)")
     parser.add_argument("--profile", action="store_true",
@@ -213,6 +216,7 @@ def main() -> None:
         if value is not None}
     decoding = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    decoding = decoding.on(device.type, config.architecture)  # auto's values, as figures
     torch.manual_seed(0)
     model = build_model(config, args.vocab).to(device).eval()
     if args.lengths == "trained":
@@ -243,7 +247,8 @@ def main() -> None:
         "max_length_offset": decoding.max_length_offset,
         "sentences_per_batch": decoding.max_sentences_per_batch,
         "tokens_per_batch": decoding.max_tokens_per_batch, "check_every": decoding.check_every,
-        "replaced": replaced, "lengths": args.lengths, "sentences": len(sources),
+        "cuda_graphs": decoding.cuda_graphs, "replaced": replaced, "lengths": args.lengths,
+        "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
         "sentences_per_second": len(sources) / seconds,
         "generated_tokens_per_second": generated / seconds,
@@ -256,7 +261,8 @@ def main() -> None:
     print(f"decoding: beam {decoding.beam_size}, alpha {decoding.length_penalty}, max length "
           f"source + {decoding.max_length_offset}, at most {decoding.max_sentences_per_batch} "
           f"sentences and {decoding.max_tokens_per_batch:,} positions a batch, done read every "
-          f"{decoding.check_every} steps; {len(sources)} sentences, {source_tokens:,} source "
+          f"{decoding.check_every} steps, CUDA graphs {'on' if decoding.cuda_graphs else 'off'}; "
+          f"{len(sources)} sentences, {source_tokens:,} source "
           f"tokens (EOS included), {generated:,} generated tokens in {seconds:.1f} s")
     print(steps_line(figures["steps"]))
     print(search_flops_line(figures))

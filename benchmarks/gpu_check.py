@@ -15,10 +15,11 @@ whatever happens; a step that fails or runs out of time never stops the later on
    user tries first (``--size small``: N=3, d_model 256, 3,000-token steps), eager, compiled
    and with CUDA graphs, whose figure is its steps a second;
 4. ``benchmarks/beam_speed.py``: 3,003 sentences (newstest2014's size), beam 4, alpha 0.6,
-   base and big, each with worst-case lengths (and a profile of one batch's decoding) and with
-   trained-like ones (``--lengths``); then base with trained-like lengths reading which
-   sentences are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with
-   256 (``decoding.check_every`` and batch sizes stay the config's until these are read), in
+   base and big, each at the config's settings (``auto``: on a GPU each step replayed as a CUDA
+   graph, done sentences read every 8 steps) with worst-case lengths (and a profile of one
+   batch's decoding) and with trained-like ones (``--lengths``); base eager, reading every step
+   (what auto replaced); then base with trained-like lengths, eager, reading which sentences
+   are done every 8 steps (``--check-every 8``), with 64 sentences a batch and with 256, in
    bf16, and with each step replayed as a CUDA graph (``--cuda-graphs``: worst-case lengths at
    64 and 256 sentences a batch, base and big; trained-like ones for base at 256; at 512
    sentences and 262,144 positions a batch, base and big in fp32 and in TF32, big in bf16);
@@ -147,13 +148,16 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "big", [*big, *padded], 120, variant="padded"),
             _trainer(logs, "small", small, 60),
             _beam(logs, "base", ["--profile"], 90),
+            # The defaults before auto turned graphs on (each step eager, done read every step).
+            _beam(logs, "base", ["--no-cuda-graphs", "--check-every", "1"], 90, "eager"),
             _beam(logs, "base", ["--lengths", "trained"], 60, "trained"),
             _beam(logs, "big", ["--profile"], 120),
             _beam(logs, "big", ["--lengths", "trained"], 60, "trained"),
-            _beam(logs, "base", ["--lengths", "trained", "--check-every", "8"], 60,
-                  "trained-check8"),
             _beam(logs, "base", ["--lengths", "trained", "--check-every", "8",
-                                 "--sentences-per-batch", "256"], 60, "trained-check8-256"),
+                                 "--no-cuda-graphs"], 60, "trained-check8"),
+            _beam(logs, "base", ["--lengths", "trained", "--check-every", "8",
+                                 "--no-cuda-graphs", "--sentences-per-batch", "256"], 60,
+                  "trained-check8-256"),
             _beam(logs, "base", ["--precision", "bf16"], 90, "bf16"),
             # The decoder's steps replayed as CUDA graphs (decoding.cuda_graphs).
             _beam(logs, "base", ["--check-every", "8", "--cuda-graphs"], 90, "check8-graphs"),

@@ -534,6 +534,7 @@ class TrainingConfig(Strict):
 
 
 DecodingPrecision = Literal["fp32", "tf32", "bf16", "fp16"]
+GPU_CHECK_EVERY = 8  # decoding.check_every's auto on GPUs
 
 
 class DecodingConfig(Strict):
@@ -564,24 +565,27 @@ class DecodingConfig(Strict):
                     "CPU batches are what max_sentences_per_batch makes them; a GPU, which "
                     "decodes more sentences at once for the same time a step, can raise "
                     "max_sentences_per_batch and let this bound size its batches by memory.")
-    check_every: int = Field(
-        default=1, gt=0,
+    check_every: int | Literal["auto"] = Field(
+        default="auto",
         description="Steps of beam search between reads of which sentences are done: such a "
                     "read waits for the device, so 1 idles a GPU at every step; with more, a "
                     "sentence done in between stays in the batch, frozen, and computes for "
-                    "nothing until read. The translations are the same whatever the value. 1 "
-                    "on every device until a GPU session measures more (BENCHMARKS.md): a CPU "
-                    "does not wait on a read, and only pays for the frozen rows.")
-    cuda_graphs: bool = Field(
-        default=False,
+                    "nothing until read. The translations are the same whatever the value. "
+                    f"auto = {GPU_CHECK_EVERY} on GPUs (measured with cuda_graphs on an H200: "
+                    "BENCHMARKS.md), 1 on CPUs (a CPU does not wait on a read, and only pays "
+                    "for the frozen rows).")
+    cuda_graphs: Literal[True, False, "auto"] = Field(
+        default="auto",
         description="Transformer only: keep the decoder's keys and values in buffers of the "
                     "batch's most positions, so that a step of beam search has static shapes, "
                     "and on a GPU replay each step (decoder and search) as a CUDA graph "
                     "recorded once per set of rows: one launch instead of hundreds; a batch "
                     "then sheds its done sentences only once they are half its rows (at most "
-                    "log2(sentences) + 1 recordings a batch). The same translations. Off until "
-                    "a GPU session has run it (tests/test_gpu.py) and measured it; on a CPU it "
-                    "only costs (attention reads every buffered position, done rows compute).")
+                    "log2(sentences) + 1 recordings a batch). The same translations. auto = on "
+                    "for a Transformer on a GPU (its tests ran green on an H200, and it was "
+                    "measured there: BENCHMARKS.md), off on CPUs, where it only "
+                    "costs (attention reads every buffered position, done rows compute), and "
+                    "for the recurrent baseline.")
     precision: DecodingPrecision = Field(
         default="fp32",
         description="The arithmetic of beam search: fp32; tf32, fp32 whose matrix products a "
@@ -603,6 +607,25 @@ class DecodingConfig(Strict):
                     "piece holds a character at least, so even single characters would cut such "
                     "a line into about 510 pieces, and 1024 covers it twice over. It is "
                     "model.max_positions' default too.")
+
+    @field_validator("check_every", mode="plain")
+    @classmethod
+    def _steps_or_auto(cls, value: Any) -> int | str:
+        """One message for both readings of the union (a count of steps, or auto)."""
+        if value == "auto" or (type(value) is int and value > 0):
+            return value
+        raise ValueError("a number of steps above 0, or auto")
+
+    def on(self, device_type: str, architecture: str) -> "DecodingConfig":
+        """These settings with ``auto`` made concrete for a model of ``architecture`` decoding
+        on ``device_type`` (``"cuda"``, ``"cpu"``...)."""
+        gpu = device_type == "cuda"
+        concrete = {}
+        if self.check_every == "auto":
+            concrete["check_every"] = GPU_CHECK_EVERY if gpu else 1
+        if self.cuda_graphs == "auto":
+            concrete["cuda_graphs"] = gpu and architecture == "transformer"
+        return self.model_copy(update=concrete)
 
 
 class TrainingPlan(TrainingConfig):
@@ -679,7 +702,7 @@ class ResolvedVariant(Strict):
 
     @model_validator(mode="after")
     def _decoding_the_model_can_run(self) -> "ResolvedVariant":
-        if self.decoding.cuda_graphs and self.model.architecture != "transformer":
+        if self.decoding.cuda_graphs is True and self.model.architecture != "transformer":
             raise ConfigError(f"variants.{self.name}.decoding.cuda_graphs: the recurrent "
                               "baseline's decoder has no static shapes to replay; set it to false")
         return self

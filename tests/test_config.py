@@ -356,6 +356,30 @@ def test_static_shape_decoding_is_refused_for_the_rnn_naming_the_variant(tmp_pat
         load_experiment(path)
 
 
+@pytest.mark.parametrize(("device", "architecture", "check_every", "cuda_graphs"), [
+    ("cpu", "transformer", 1, False), ("cuda", "transformer", 8, True),
+    ("cuda", "rnn", 8, False), ("cpu", "rnn", 1, False)])
+def test_auto_decoding_replays_graphs_and_reads_every_8_steps_on_gpus_only(
+        device, architecture, check_every, cuda_graphs):
+    """The defaults are auto: CUDA graphs and a read of the done sentences every 8 steps where
+    a GPU decodes a Transformer (what an H200 ran green and measured), every step and eager
+    elsewhere; the recurrent baseline has no static shapes to replay."""
+    on = DecodingConfig().on(device, architecture)
+    assert (on.check_every, on.cuda_graphs) == (check_every, cuda_graphs)
+    chosen = DecodingConfig(check_every=3, cuda_graphs=False).on(device, architecture)
+    assert (chosen.check_every, chosen.cuda_graphs) == (3, False)  # what a file sets stays
+
+
+def test_auto_decoding_loads_for_the_rnn_and_check_every_stays_positive(tmp_path):
+    experiment = load_experiment(ROOT / "configs/tiny.yaml")
+    assert experiment.variant("rnn").decoding.cuda_graphs == "auto"
+    for value in (0, True, "often"):
+        with pytest.raises(ConfigError, match=r"variants\.base\.decoding: check_every: a number "
+                                              r"of steps above 0, or auto \(got"):
+            load_experiment(_write_tiny_with(
+                tmp_path, lambda raw: raw["variants"]["base"].setdefault("decoding", {}).update(
+                    check_every=value)))  # noqa: B023 (called at once)
+
 # --------------------------------------------------------------------------------------------
 # The shipped WMT14 and WSJ experiments against the paper's stated settings
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from reproduce.config import BpeConfig, DecodingConfig, ModelConfig
 from reproduce.data.bpe import load_sentencepiece, train_sentencepiece
 from reproduce.data.tiny_corpus import generate_corpus
+from reproduce.decoding import translate
 from reproduce.decoding.beam_search import beam_search
 from reproduce.decoding.translate import (_check_one_line_each, cuda_matrix_products_in_tf32,
                                           translate_sentences)
@@ -192,6 +193,18 @@ def test_the_decoding_settings_are_the_searchs(trained, processor, settings):
                 for ids in processor.encode(lines)]
     assert translated == expected
     assert translated != translate_sentences(trained, processor, lines, DecodingConfig())
+
+
+def test_auto_settings_reach_the_search_as_the_devices_values(model, processor, monkeypatch):
+    """``check_every`` and ``cuda_graphs`` at auto reach ``beam_search`` as their values for the
+    device that decodes (a CPU here: every step, eager), never as ``"auto"``."""
+    seen = []
+    search = translate.beam_search
+    monkeypatch.setattr(translate, "beam_search", lambda *args, **kwargs: (
+        seen.append((kwargs["check_every"], kwargs["cuda_graphs"])) or search(*args, **kwargs)))
+    translate_sentences(model, processor, ["the house is small", "a dog"], DECODING)
+    assert DECODING.check_every == DECODING.cuda_graphs == "auto"
+    assert seen == [(1, False)]
 
 
 def cuda_products_in_tf32() -> bool:

@@ -81,6 +81,7 @@ def translate_sentences(
     """One translation per sentence, in order. A sentence without pieces (empty, or blank) is
     translated as an empty line without running the model, as Moses and fairseq do: given only
     the end of sentence, a model invents a sentence, which BLEU would count against it."""
+    decoding = decoding.on(torch.device(device).type, model.config.architecture)
     encoded = [ids + [EOS] for ids in processor.encode(sentences)]
     check_source_lengths((len(ids) for ids in encoded), decoding.max_source_pieces,
                          model.config.position_limit, source_name)
