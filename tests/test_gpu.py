@@ -516,7 +516,7 @@ def test_cuda_graphs_replay_each_pass_and_train_as_the_compiled_pass_does(
     """``training.cuda_graphs`` (bucketed passes, compiled): the same logged losses as the
     compiled passes without graphs, to bf16's rounding, and a warm step replays graphs. With one
     pass a step the replay's gradients become the parameters' own
-    (``Trainer._hands_gradients_over``); with two the first pass's are added into buffers,
+    (``Trainer._fresh_gradients``); with two the passes add theirs into zeroed buffers,
     since the second replay overwrites the graphs' outputs. Neither loop waits for the GPU in a
     warm step that neither logs, evaluates nor saves."""
     losses, trainers = {}, {}

@@ -50,9 +50,18 @@ def test_a_step_hands_its_gradients_over_unless_it_replays_several_captured_pass
         graphs, passes, handed_over):
     """A step starts without gradient buffers (its first backward's gradients become the
     parameters' own, no kernel), except where several captured passes replay: each replay
-    overwrites the graphs' outputs, the previous pass's gradients among them."""
-    trainer = SimpleNamespace(passes=SimpleNamespace(graphs=graphs))
-    assert Trainer._hands_gradients_over(trainer, passes) is handed_over
+    overwrites the graphs' outputs, the previous pass's gradients among them, and the last
+    step's handed-over ones too, so the passes add into new zeroed buffers."""
+    parameter = torch.nn.Parameter(torch.ones(3))
+    handed = parameter.grad = torch.full((3,), 2.0)  # as a replay's output would be
+    trainer = SimpleNamespace(passes=SimpleNamespace(graphs=graphs),
+                              optimizer=torch.optim.SGD([parameter], lr=1.0))
+    Trainer._fresh_gradients(trainer, passes)
+    if handed_over:
+        assert parameter.grad is None
+    else:
+        assert parameter.grad is not handed and torch.equal(parameter.grad, torch.zeros(3))
+        assert torch.equal(handed, torch.full((3,), 2.0))  # never written into
 
 
 def test_only_the_last_pass_of_a_step_all_reduces_its_gradients_across_ranks():

@@ -160,7 +160,7 @@ class Trainer:
         source_tokens, target_tokens, flops = self._step_sizes(group)
         attempted = self.step + 1
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
-        self.optimizer.zero_grad(set_to_none=self._hands_gradients_over(len(batches)))
+        self._fresh_gradients(len(batches))
         # loss, padded positions, passes, ranks asked to stop: summed on the device (and over
         # the ranks), read after the step
         totals = torch.zeros(4, dtype=torch.float64, device=self.device)
@@ -188,12 +188,19 @@ class Trainer:
         return QueuedStep(attempted, update.applied, source_tokens, target_tokens, flops,
                           self.world, readings, update.norm)
 
-    def _hands_gradients_over(self, passes: int) -> bool:
-        """Whether a step of ``passes`` passes starts without gradient buffers, so that its first
-        pass's backward hands its gradients over as they are (no kernel a parameter to add them
-        to zeros); later passes add to them. Not where it replays captured passes and has several:
-        a replay's outputs live in the graphs' memory, which the next replay overwrites."""
-        return not (self.passes.graphs and passes > 1)
+    def _fresh_gradients(self, passes: int) -> None:
+        """Gradients set to none before a step of ``passes`` passes, so that its first pass's
+        backward hands its gradients over as they are (no kernel a parameter to add them to
+        zeros) and later passes add to them. Not where several captured passes replay: a
+        replay's outputs live in the graphs' memory, which the next replay overwrites (the
+        gradients handed over by the last step's replay too), so the passes add into zeroed
+        buffers of the trainer's own."""
+        if not (self.passes.graphs and passes > 1):
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        for group in self.optimizer.param_groups:
+            for parameter in group["params"]:
+                parameter.grad = torch.zeros_like(parameter)
 
     def _collate_passes(self, group: list[np.ndarray], key: int) -> list:
         """This rank's micro-batches of the step, fused into passes and collated in the
