@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from reproduce.config import ModelConfig
 from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, _Search,
@@ -348,11 +349,33 @@ def test_a_search_step_on_static_shapes_updates_its_state_in_place_reading_nothi
         return [tensor.data_ptr() for tensor in state]
 
     before, reads = addresses(), HostReads(monkeypatch)
-    search.advance()
-    search.advance()
-    assert reads.count == 0
+    with HostValuesCopied() as copied:
+        search.advance()
+        search.advance()
+    assert reads.count == 0 and copied.operations == []
     assert addresses() == before
     assert int(search.step) == int(search.cache.position) == 3
+
+
+class HostValuesCopied(TorchDispatchMode):
+    """The operations that copy a value made on the host (a Python number or list lifted into a
+    tensor: ``t[i] = v`` on a one-element destination, ``torch.tensor(...)``) into a tensor. On a
+    GPU that is a copy from the host, which a CUDA graph's capture refuses; filling a slice with
+    a number is a kernel, and is not counted."""
+
+    def __init__(self):
+        super().__init__()
+        self.lifted: dict[int, Tensor] = {}  # held, so that no other tensor takes their ids
+        self.operations: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.lift_fresh.default:
+            self.lifted[id(result)] = result
+        elif func is not torch.ops.aten.fill_.Tensor and any(
+                id(arg) in self.lifted for arg in args if isinstance(arg, Tensor)):
+            self.operations.append(str(func))
+        return result
 
 
 def reference_beam_search(model: Seq2Seq, source_ids: list[int], beam: int, alpha: float,
