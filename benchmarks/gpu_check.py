@@ -66,7 +66,8 @@ DEFAULT_BUDGET_SECONDS = 540  # 9 minutes: a 10-minute device call also installs
 REPORT_SECONDS = 10  # kept back from the budget for the report itself
 SHORTEST_USEFUL_STEP = 20  # seconds; a step offered less is not started
 TAIL_LINES = 40
-GPU_TEST_FILES = ["tests/test_gpu.py", "tests/test_packed_attention.py"]  # their `gpu` tests
+GPU_TEST_FILES = ["tests/test_gpu.py", "tests/test_packed_attention.py",
+                  "tests/test_token_dropout.py"]  # every file with `gpu` tests
 # The gpu tests that compile a training in several processes: a step of their own, run last.
 RANKS_TESTS = "replaying_captured_passes"
 # Beam search's batches where memory, not the CPU's default, bounds them: up to 512 sentences and

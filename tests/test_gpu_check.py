@@ -87,6 +87,14 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     assert summary["headlines"] == block.splitlines()[1:]
 
 
+def test_the_gpu_step_runs_every_file_that_holds_gpu_tests():
+    """A ``gpu`` test in a file the step does not list would never run on a GPU."""
+    marked = re.compile(r"^\s*@pytest\.mark\.gpu|marks=pytest\.mark\.gpu|^pytestmark = .*gpu", re.M)
+    holding = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")
+               if marked.search(path.read_text(encoding="utf-8"))}
+    assert holding == set(gpu_check.GPU_TEST_FILES)
+
+
 @needs_no_cuda
 def test_the_smoke_report_counts_the_gpu_tests_as_skipped(smoke_run):
     collected = subprocess.run(
