@@ -1,5 +1,7 @@
 """Sentencepiece training and the binarized corpus format."""
 
+import logging
+
 import numpy as np
 import pytest
 import sentencepiece
@@ -78,3 +80,17 @@ def test_sentencepiece_trains_with_the_configured_settings_on_both_sides(tmp_pat
     assert spec.input_sentence_size == 1500 and spec.shuffle_input_sentence
     # Both files in place under the prefix asked for, no temporary one left beside them.
     assert sorted(path.name for path in model.parent.iterdir()) == ["spm.model", "spm.vocab"]
+
+
+def test_a_vocabulary_smaller_than_asked_is_a_warning_naming_both_sizes(tmp_path, caplog):
+    """A train split with fewer distinct pieces than bpe.vocab_size gives a smaller vocabulary
+    (sentencepiece's soft limit): the run goes on, and says so as a warning, not in passing."""
+    src, tgt = _write_corpus(tmp_path, generate_corpus(200, 0, 0, seed=5)["train"])
+    with caplog.at_level(logging.INFO, logger="reproduce.data.bpe"):
+        model = train_sentencepiece(src, tgt, BpeConfig(vocab_size=5000, seed=3),
+                                    tmp_path / "bpe" / "spm")
+    size = sentencepiece.SentencePieceProcessor(model_file=str(model)).vocab_size()
+    assert size < 5000
+    (record,) = [record for record in caplog.records if "pieces" in record.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert f"{size} pieces, fewer than bpe.vocab_size=5000" in record.getMessage()

@@ -68,7 +68,12 @@ def train_sentencepiece(train_src: Path, train_tgt: Path, config: BpeConfig,
     for suffix in (".model", ".vocab"):
         Path(str(temporary) + suffix).replace(Path(str(model_prefix) + suffix))
     model = Path(str(model_prefix) + ".model")
-    log.info("sentencepiece model %s: %d pieces (asked for %d)", model, size, config.vocab_size)
+    if size < config.vocab_size:  # hard_vocab_limit=False: fewer than asked, not an error
+        log.warning("sentencepiece model %s: %d pieces, fewer than bpe.vocab_size=%d: the train "
+                    "split holds no more distinct pieces; the models are built for %d",
+                    model, size, config.vocab_size, size)
+    else:
+        log.info("sentencepiece model %s: %d pieces", model, size)
     return model
 
 
