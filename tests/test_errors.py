@@ -42,6 +42,9 @@ INTERNAL_RAISES = {
         "argparse reports it as the usage error of the option",
     ("reproduce/config.py", "TrainingPlan._one_seed_or_distinct_seeds", "ValueError"):
         "pydantic makes it the field's validation error, a ConfigError naming training.seed",
+    ("reproduce/config.py", "DecodingConfig._steps_or_auto", "ValueError"):
+        "pydantic makes it the field's validation error, a ConfigError naming "
+        "decoding.check_every",
     ("reproduce/experiment_file.py", "_ConfigLoader._refuse_duplicate_keys",
      "yaml.constructor.ConstructorError"):
         "PyYAML's own error, turned into a ConfigError naming the line by read_yaml",
