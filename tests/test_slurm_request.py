@@ -6,11 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 from submitit.core.utils import DelayedSubmission, FailedJobError
 
 from reproduce.config import ConfigError
@@ -85,8 +83,8 @@ def test_train_refuses_ranks_that_do_not_divide_a_step_before_submitting(tmp_pat
 
 
 def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
-    """Snakemake lists string resources as ``<TBD>`` in a dry run before 9.17 (the floor is
-    9.0.1): their values are checked from 9.17 on, the numbers always."""
+    """The training job's request as a dry run lists it, strings and numbers (before 9.17,
+    below the floor, Snakemake listed string resources as ``<TBD>``)."""
     workdir = copy_workflow(tmp_path / "project")
     shutil.copytree(ROOT / "slurm", workdir / "slurm")
     result = subprocess.run(
@@ -95,9 +93,7 @@ def test_the_dry_run_shows_the_paper_profiles_training_request(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     train_job = result.stdout[result.stdout.index("rule train:"):].split("\n\n")[0]
     requests = ["gpu=8", "nodes=1", "cpus_per_task=8", "mem_mb=256000", "runtime=1440",
-                "max_requeues=30"]
-    if Version(version("snakemake")) >= Version("9.17"):
-        requests.append("slurm_partition=gpu")
+                "max_requeues=30", "slurm_partition=gpu"]
     for request in requests:
         assert request in train_job, train_job
 
