@@ -9,7 +9,7 @@ BLEU -> Tables 2 and 3. Every step is a call to the `reproduce` package's comman
 
 from snakemake.utils import min_version, validate
 
-min_version("9.17")
+min_version("9.20")
 
 
 configfile: "configs/pipelines/tiny.yaml"

@@ -121,7 +121,8 @@ def _submit_refused(tmp_path, request, **options):
     with pytest.raises(FailedJobError, match="no cluster in tests"):
         launch_training(TINY, small_variant(steps=2), *corpora, tmp_path / "variant", tmp_path,
                         launcher="slurm", slurm=request, threads=3, **options)
-    [script] = (tmp_path / "variant/submitit").glob(".submission_file_*.sh")
+    # submitit's name for it: .submission_file_<uid>.sh (1.5.4), submission_file_<uid>.sh before
+    [script] = (tmp_path / "variant/submitit").glob("*submission_file_*.sh")
     [pickled] = (tmp_path / "variant/submitit").glob("*.pkl")
     return script.read_text(), DelayedSubmission.load(pickled)
 
