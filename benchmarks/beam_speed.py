@@ -29,7 +29,8 @@ sentences/s and generated tokens/s (each hypothesis' tokens and its EOS), e.g.
 the ``decoding`` settings ``check_every``, ``max_sentences_per_batch``, ``max_tokens_per_batch``,
 ``cuda_graphs`` and ``precision`` of the config, and the headline names each one replaced
 (``..., trained lengths, check_every=8): ...``); the config's ``auto`` takes its value for the
-device that decodes (on a GPU: CUDA graphs, done sentences read every 8 steps).
+device that decodes (on a GPU: CUDA graphs, done sentences read every 8 steps), which the
+headline names too (``cuda_graphs=True (auto)``).
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
@@ -43,7 +44,8 @@ kernels run and launches from the host, the top kernels and host operations.
 ``device``, ``name``, ``size``, the model's ``layers`` and ``d_model``, ``vocab``, the decoding
 settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
 ``tokens_per_batch``, ``check_every``, ``cuda_graphs``: the values decoding ran with),
-``replaced`` (the settings given on the command line),
+``replaced`` (the settings given on the command line), ``auto`` (the settings left at the
+config's ``auto``, with the value they took on this device),
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
@@ -142,11 +144,12 @@ class EndsAtSourceLength:
 def counting_steps(counts: Counter):
     """Counts how the search's steps ran, in ``counts``: ``eager``, ``replayed`` (a CUDA graph)
     and ``recorded`` (graphs), with ``recording_seconds`` the host's time recording them (what
-    ``decoding.cuda_graphs`` pays where a batch's rows change)."""
+    ``decoding.cuda_graphs`` pays where a step's shape changes: the batch's rows or its read
+    window)."""
     call, record = StepGraphs.__call__, StepGraphs._record
 
-    def counted_call(graphs, step, rows, device):
-        call(graphs, step, rows, device)
+    def counted_call(graphs, step, shape, device):
+        call(graphs, step, shape, device)
         counts["replayed" if graphs.graph is not None else "eager"] += 1
 
     def timed_record(graphs, step):
@@ -214,9 +217,11 @@ def main() -> None:
         ("max_tokens_per_batch", args.tokens_per_batch), ("precision", args.precision),
         ("cuda_graphs", args.cuda_graphs))
         if value is not None}
-    decoding = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
+    chosen = variant.decoding.model_validate(variant.decoding.model_dump() | replaced)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    decoding = decoding.on(device.type, config.architecture)  # auto's values, as figures
+    decoding = chosen.on(device.type, config.architecture)  # auto's values, as figures
+    auto = {name: getattr(decoding, name) for name in ("check_every", "cuda_graphs")
+            if getattr(chosen, name) == "auto"}
     torch.manual_seed(0)
     model = build_model(config, args.vocab).to(device).eval()
     if args.lengths == "trained":
@@ -247,7 +252,8 @@ def main() -> None:
         "max_length_offset": decoding.max_length_offset,
         "sentences_per_batch": decoding.max_sentences_per_batch,
         "tokens_per_batch": decoding.max_tokens_per_batch, "check_every": decoding.check_every,
-        "cuda_graphs": decoding.cuda_graphs, "replaced": replaced, "lengths": args.lengths,
+        "cuda_graphs": decoding.cuda_graphs, "replaced": replaced, "auto": auto,
+        "lengths": args.lengths,
         "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,
         "sentences_per_second": len(sources) / seconds,

@@ -579,13 +579,14 @@ class DecodingConfig(Strict):
         description="Transformer only: keep the decoder's keys and values in buffers of the "
                     "batch's most positions, so that a step of beam search has static shapes, "
                     "and on a GPU replay each step (decoder and search) as a CUDA graph "
-                    "recorded once per set of rows: one launch instead of hundreds; a batch "
-                    "then sheds its done sentences only once they are half its rows (at most "
-                    "log2(sentences) + 1 recordings a batch). The same translations. auto = on "
-                    "for a Transformer on a GPU (its tests ran green on an H200, and it was "
-                    "measured there: BENCHMARKS.md), off on CPUs, where it only "
-                    "costs (attention reads every buffered position, done rows compute), and "
-                    "for the recurrent baseline.")
+                    "recorded once per step shape: one launch instead of hundreds. A step's "
+                    "shape is its rows (a batch sheds its done sentences only once they are "
+                    "half its rows: at most log2(sentences) + 1 row counts a batch) and the "
+                    "window of buffered positions its attention reads, which grows by 32 "
+                    "positions as the outputs do. The same translations. auto = on for a "
+                    "Transformer on a GPU (its tests ran green on an H200, and it was measured "
+                    "there: BENCHMARKS.md), off on CPUs, where it only costs (done rows "
+                    "compute until they are half the batch), and for the recurrent baseline.")
     precision: DecodingPrecision = Field(
         default="fp32",
         description="The arithmetic of beam search: fp32; tf32, fp32 whose matrix products a "

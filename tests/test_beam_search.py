@@ -8,12 +8,13 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from reproduce.config import ModelConfig
+from reproduce.config import DecodingConfig, ModelConfig
 from reproduce.decoding.beam_search import (_max_output_lengths, _next_token_log_probs, _Search,
                                             beam_search, length_penalty)
 from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.errors import ConfigError
 from reproduce.model.architectures import Seq2Seq, build_model
+from reproduce.model import key_values
 from reproduce.model.encoder_decoder import DecoderCache
 from reproduce.special_tokens import BOS, EOS, PAD, UNK
 
@@ -280,10 +281,13 @@ def test_the_search_reads_the_device_once_every_check_every_steps(monkeypatch):
     (0, {}), (1, {}), (2, {"attention_radius": 2}),
     (3, {"positional": "learned", "max_positions": 16}),
 ])
-def test_static_shapes_give_the_same_translations(seed, overrides):
+@pytest.mark.parametrize("stride", [2, 32])
+def test_static_shapes_give_the_same_translations(seed, overrides, stride, monkeypatch):
     """``cuda_graphs``' static cache (keys and values in buffers of the batch's most positions,
-    the next position read from the device, stale positions masked), run eagerly on the CPU: the
-    same translations as the growing cache, as sentences leave the batch at many steps."""
+    the next position read from the device, stale positions masked, a step reading a window that
+    grows by ``stride`` positions), run eagerly on the CPU: the same translations as the growing
+    cache, as sentences leave the batch at many steps."""
+    monkeypatch.setattr(key_values, "READ_WINDOW_STRIDE", stride)
     torch.manual_seed(seed)
     config = ModelConfig(layers=2, d_model=16, d_ff=32, heads=2, d_k=8, d_v=8, dropout=0.0,
                          **overrides)
@@ -310,8 +314,8 @@ def test_with_cuda_graphs_a_batch_sheds_done_sentences_once_they_are_half_its_ro
     batch = random_batch(0, 16)
     seen: list[int] = []
     call = StepGraphs.__call__
-    monkeypatch.setattr(StepGraphs, "__call__", lambda graphs, step, rows, device: (
-        seen.append(rows), call(graphs, step, rows, device))[1])
+    monkeypatch.setattr(StepGraphs, "__call__", lambda graphs, step, shape, device: (
+        seen.append(shape[0]), call(graphs, step, shape, device))[1])
 
     def row_counts(**options) -> tuple[list[list[int]], list[int]]:
         seen.clear()
@@ -343,7 +347,7 @@ def test_a_search_step_on_static_shapes_updates_its_state_in_place_reading_nothi
 
     def addresses() -> list[int]:
         state = [search.done, search.alive_scores, search.alive_tokens, search.finished_scores,
-                 search.finished_tokens, search.step, search.cache.position]
+                 search.finished_tokens, search.step, search.cache.static.written]
         for layer in search.cache.layers:
             state += [*layer["self"].values(), *layer["cross"].values()]
         return [tensor.data_ptr() for tensor in state]
@@ -354,7 +358,7 @@ def test_a_search_step_on_static_shapes_updates_its_state_in_place_reading_nothi
         search.advance()
     assert reads.count == 0 and copied.operations == []
     assert addresses() == before
-    assert int(search.step) == int(search.cache.position) == 3
+    assert int(search.step) == int(search.cache.static.written) == 3
 
 
 class HostValuesCopied(TorchDispatchMode):
@@ -541,3 +545,10 @@ def test_the_early_stop_waits_for_a_live_hypothesis_that_can_still_win_at_the_le
     model, source = ScriptedModel(script), torch.tensor([[6, EOS]])
     assert beam_search(model, source, beam_size=4, alpha=0.6, max_length_offset=3) == [[4] * 4]
     assert reference_beam_search(model, [6, EOS], 4, 0.6, 3) == [4] * 4
+
+
+def test_the_settings_reference_states_the_window_stride_the_search_uses():
+    """decoding.cuda_graphs' description names the stride in words (the settings module does not
+    import torch): it must be the one the static cache grows by."""
+    description = DecodingConfig.model_fields["cuda_graphs"].description
+    assert f"grows by {key_values.READ_WINDOW_STRIDE} positions" in description

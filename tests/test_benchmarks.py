@@ -92,7 +92,8 @@ def test_loss_memory_compares_the_unfused_and_chunked_losses(tmp_path, compiled)
 def test_beam_speed_decodes_a_synthetic_test_set_through_the_translation_path(tmp_path):
     output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300",
                   "--profile", "--json", str(tmp_path / "figures.json"))
-    assert "CPU cpu (beam 4, alpha 0.6, 6 sentences, worst lengths):" in output
+    assert ("CPU cpu (beam 4, alpha 0.6, 6 sentences, worst lengths, check_every=1 (auto), "
+            "cuda_graphs=False (auto)):" in output)
     assert "generated tok/s" in output
     found = re.search(r"6 sentences, ([\d,]+) source tokens \(EOS included\), ([\d,]+) generated "
                       r"tokens", output)
@@ -127,10 +128,11 @@ def test_beam_speed_with_trained_lengths_ends_hypotheses_at_their_sources_length
     output = _run("beam_speed.py", "--size", "cpu", "--sentences", "6", "--vocab", "300",
                   "--lengths", "trained", "--check-every", "4", "--json",
                   str(tmp_path / "figures.json"))
-    assert ("CPU cpu (beam 4, alpha 0.6, 6 sentences, trained lengths, check_every=4):"
-            in output)
+    assert ("CPU cpu (beam 4, alpha 0.6, 6 sentences, trained lengths, check_every=4, "
+            "cuda_graphs=False (auto)):" in output)
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["lengths"] == "trained" and figures["replaced"] == {"check_every": 4}
+    assert figures["auto"] == {"cuda_graphs": False}
     assert figures["check_every"] == 4 and figures["tokens_per_batch"] == 65_536
     assert figures["generated_tokens"] == figures["source_tokens"]
     assert figures["model_flops"] is None and "model FLOPs: n/a" in output

@@ -160,14 +160,20 @@ def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stride", [2, 32])
 @pytest.mark.parametrize("seed", [0, 2])
-def test_search_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, monkeypatch):
+def test_search_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, stride,
+                                                                         monkeypatch):
     """``decoding.cuda_graphs``: graphs recorded and replayed (counted: 3 over the first two
-    searches, the batch shedding done sentences at halves, a new graph each time), the same
-    translations as eager steps on the growing cache; fp32, and under bf16 autocast without its
-    cache (as translate runs it)."""
+    searches, the batch shedding done sentences at halves, a new graph each time, and with a
+    window ``stride`` of 2 positions a graph for each window too), the same translations as eager
+    steps on the growing cache; fp32, and under bf16 autocast without its cache (as translate
+    runs it)."""
     from reproduce.decoding.step_graphs import StepGraphs
+    from reproduce.model import key_values
     from tests.test_beam_search import peaky_model, random_batch
+
+    monkeypatch.setattr(key_values, "READ_WINDOW_STRIDE", stride)
 
     model, batch = peaky_model(seed).cuda(), random_batch(seed, 16).cuda()
     replays = Counter()

@@ -59,10 +59,11 @@ def test_the_smoke_report_holds_every_step_ok_and_the_headlines_of_their_logs(sm
     trainer, beam = _log(smoke_run, "trainer-cpu-eager"), _log(smoke_run, "beam-cpu")
     headlines = _lines_with(trainer, r"^CPU cpu \(trainer, (cold|warm)\): ")
     headlines += _lines_with(beam, r"^CPU cpu \(beam 4, alpha 0.6, 12 sentences, worst "
-                                   r"lengths\): ")
+                                   r"lengths, check_every=1 \(auto\), cuda_graphs=False "
+                                   r"\(auto\)\): ")
     headlines += _lines_with(_log(smoke_run, "beam-cpu-trained-check4"),
                              r"^CPU cpu \(beam 4, alpha 0.6, 12 sentences, trained lengths, "
-                             r"check_every=4\): ")
+                             r"check_every=4, cuda_graphs=False \(auto\)\): ")
     assert len(headlines) == 4
     block = report.split("## Headlines (for BENCHMARKS.md)")[1].split("```")[1]
     assert all(line in block.splitlines() for line in headlines)
@@ -136,6 +137,7 @@ def test_a_step_that_writes_no_figures_counts_as_failed(tmp_path):
 
 BEAM_FIGURES = {"benchmark": "beam_speed", "name": "H100", "size": "base", "beam": 4,
                 "alpha": 0.6, "lengths": "trained", "replaced": {"check_every": 8},
+                "auto": {"cuda_graphs": True},
                 "sentences": 3003, "source_tokens": 90_000,
                 "generated_tokens": 240_000, "seconds": 73.25, "sentences_per_second": 41.0,
                 "generated_tokens_per_second": 3276.5,
@@ -154,8 +156,8 @@ def test_the_report_shows_the_figures_a_step_wrote(tmp_path):
                                  sys.executable, tmp_path, seconds_left=100)
     assert outcome.ok and outcome.figures == BEAM_FIGURES
     assert gpu_check.headlines([outcome], "H100") == [
-        "H100 base (beam 4, alpha 0.6, 3003 sentences, trained lengths, check_every=8): 41.0 "
-        "sentences/s, 3,276 generated tok/s"]
+        "H100 base (beam 4, alpha 0.6, 3003 sentences, trained lengths, check_every=8, "
+        "cuda_graphs=True (auto)): 41.0 sentences/s, 3,276 generated tok/s"]
     report = gpu_check.render_report(MACHINE, "gpu", [outcome], 100, 80)
     assert ("trained lengths; 3003 sentences, 90,000 source tokens, 240,000 generated tokens in "
             "73.2 s: 41.0 sentences/s, 3,276 generated tok/s") in report

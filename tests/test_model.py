@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from reproduce.config import ModelConfig
+from reproduce.model import key_values
+from reproduce.model.key_values import StaticKeyValues, StaticPositions
 from reproduce.model.layers import DecoderLayer, EncoderLayer
 from reproduce.model.parameter_count import analytic_parameter_count
 from reproduce.model.positional import SinusoidalPositions, sinusoidal_table
@@ -101,13 +103,64 @@ def test_incremental_decoding_equals_the_full_forward_pass(positional, capacity)
     encoded = model.encode(source)
     cache = DecoderCache()
     if capacity is not None:
-        cache = DecoderCache(capacity=capacity, position=torch.zeros((), dtype=torch.long))
+        cache = DecoderCache(static=StaticPositions(capacity, torch.zeros((), dtype=torch.long)))
     steps = [model.decode(target[:, t : t + 1], encoded, cache) for t in range(target.size(1))]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
     if capacity is None:
         assert cache.length == target.size(1)
     else:  # counted on the device only
-        assert int(cache.position) == target.size(1) and cache.length == 0
+        assert int(cache.static.written) == target.size(1) and cache.length == 0
+
+
+@pytest.mark.parametrize("overrides", [{}, {"attention_radius": 2}])
+def test_a_static_cache_reads_only_the_window_its_caller_reaches(overrides, monkeypatch):
+    """Keys and values in buffers of 16 positions, of which each step reads a window of the
+    first 4, 8, ... (the positions written, rounded up): during a step the buffers beyond it
+    hold NaN, which any read would spread, and the steps still equal the full pass."""
+    monkeypatch.setattr(key_values, "READ_WINDOW_STRIDE", 4)
+    model = tiny_model(**overrides)
+    source = random_tokens(3, 7)
+    target = torch.cat([torch.full((3, 1), BOS), random_tokens(3, 9, seed=7)], dim=1)
+    full = model(source, target)
+    encoded = model.encode(source)
+    positions = StaticPositions(16, torch.zeros((), dtype=torch.long))
+    cache, steps, windows = DecoderCache(static=positions), [], []
+
+    def beyond_the_window(value: float) -> None:
+        for layer in cache.layers:
+            for buffer in layer["self"].values():
+                buffer[:, :, positions.window :] = value
+
+    for t in range(target.size(1)):
+        windows.append(positions.reach(t + 1))
+        beyond_the_window(float("nan"))
+        steps.append(model.decode(target[:, t : t + 1], encoded, cache))
+        beyond_the_window(0.0)  # as never written: a later window holds them, masked
+    assert windows == [4] * 4 + [8] * 4 + [12] * 2
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_a_static_cache_reorders_its_window_in_place_and_leaves_the_rest():
+    """Beam search's reorder on static buffers: the window's rows move (in the same memory, which
+    a replayed graph reads), and the positions after it, never written yet, are left alone."""
+    positions = StaticPositions(8, torch.zeros((), dtype=torch.long), window=4)
+    store = StaticKeyValues(positions)
+    store["keys"] = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 2, 8, 4).clone()
+    store["values"] = store["keys"].clone()
+    addresses = [buffer.data_ptr() for buffer in store.values()]
+    store.reorder(torch.tensor([2, 2, 0]))
+    assert [buffer.data_ptr() for buffer in store.values()] == addresses
+    for buffer in store.values():
+        assert buffer[:, :, :4].flatten(1).eq(torch.tensor([[2.0], [2.0], [0.0]])).all()
+        assert buffer[:, :, 4:].flatten(1).eq(torch.tensor([[0.0], [1.0], [2.0]])).all()
+
+
+@pytest.mark.parametrize(("positions", "window"), [(1, 32), (32, 32), (33, 64), (90, 90)])
+def test_a_window_is_the_positions_reached_rounded_up_to_the_stride_within_the_capacity(
+        positions, window):
+    static = StaticPositions(90, torch.zeros((), dtype=torch.long))
+    assert static.window == 90  # all of it until a caller narrows it
+    assert static.reach(positions) == static.window == window
 
 
 def test_a_cached_prefix_of_several_tokens_is_causal_too():
@@ -179,7 +232,7 @@ def test_a_step_on_a_static_cache_reads_nothing_from_the_host_count(overrides, m
     model = tiny_model(**overrides)
     source, target = random_tokens(3, 7), random_tokens(3, 4, seed=7)
     encoded = model.encode(source)
-    static = DecoderCache(capacity=12, position=torch.zeros((), dtype=torch.long))
+    static = DecoderCache(static=StaticPositions(12, torch.zeros((), dtype=torch.long)))
     growing = DecoderCache()
     for t in range(3):  # the first step fills the caches' buffers and the source's keys
         model.decode(target[:, t : t + 1], encoded, static)

@@ -29,7 +29,12 @@ time for nothing. The per-step work has no host read of its own.
 With ``cuda_graphs`` a step's graph holds only as long as the batch's rows do, and recording one
 costs more than an eager step: the batch then sheds its done sentences only once they are at
 least half its rows (their translations taken when first read), so that a batch of B sentences
-records at most log2(B) + 1 graphs, for at most twice the rows still searching.
+records at most log2(B) + 1 graphs for its row counts, for at most twice the rows still
+searching. The decoder's keys and values sit in buffers of the batch's most positions, of which
+a step reads and reorders a window that grows as the outputs do
+(:data:`reproduce.model.key_values.READ_WINDOW_STRIDE` positions at a time, a graph for each
+window too): reading every buffered position at every step made that self-attention the largest
+share of a GPU's time in a search.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from torch import Tensor
 from reproduce.decoding.step_graphs import StepGraphs
 from reproduce.errors import ConfigError
 from reproduce.model.encoder_decoder import DecoderCache, TranslationModel
+from reproduce.model.key_values import StaticPositions
 from reproduce.special_tokens import BOS, EOS, PAD
 
 NEGATIVE_INFINITY = float("-inf")
@@ -103,10 +109,11 @@ class _Search:
                                           device=device)
         self.step = torch.zeros((), dtype=torch.long, device=device)  # steps taken
         # cuda_graphs: static shapes, keys and values in buffers of the batch's most positions
-        self.cache = (DecoderCache(capacity=self.last_step,
-                                   position=torch.zeros((), dtype=torch.long, device=device))
-                      if cuda_graphs else DecoderCache())
+        self.cache = (DecoderCache(static=StaticPositions(
+            self.last_step, torch.zeros((), dtype=torch.long, device=device)))
+            if cuda_graphs else DecoderCache())
         self.graphs = StepGraphs(capture=cuda_graphs)
+        self.steps = 0  # steps taken, counted on the host too
 
     @property
     def rows(self) -> int:
@@ -119,8 +126,12 @@ class _Search:
 
     def advance(self) -> None:
         """One time step for every row; ``done`` then says which sentences are done. A sentence
-        done before this step (``freezes``: not yet read) keeps its finished hypotheses."""
-        self.graphs(self._advance, self.rows, self.done.device)
+        done before this step (``freezes``: not yet read) keeps its finished hypotheses. On
+        static shapes, the step's self-attention reads only a window that holds the positions
+        written (BOS and one a step), which the step's shape names beside the rows."""
+        self.steps += 1
+        window = None if self.cache.static is None else self.cache.static.reach(self.steps)
+        self.graphs(self._advance, (self.rows, window), self.done.device)
 
     def _advance(self) -> None:
         batch, beam, width = self.alive_tokens.shape

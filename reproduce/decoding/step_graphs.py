@@ -6,34 +6,37 @@ once as a CUDA graph, a step is one launch. A graph replays fixed shapes at fixe
 step it records reads and updates its state in place: the decoder's keys and values in buffers of
 the batch's most positions (:class:`reproduce.model.key_values.StaticKeyValues`), the search's
 hypotheses in token buffers as wide, and the step counted on the device. A graph holds for as
-long as the batch's rows do: when sentences leave, the next step runs eagerly on the new rows
-(which also initialises whatever a first call does), and the one after records a new graph.
+long as the step's shape does (the batch's rows, and the window of positions its attention
+reads): at a new shape the step runs eagerly once (which also initialises whatever a first call
+on new rows does), and the one after records a new graph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import torch
 
 
 class StepGraphs:
     """Runs a step (a function that reads and updates tensors in place) eagerly, or, with
-    ``capture`` and on CUDA, records it once per set of rows and replays that."""
+    ``capture`` and on CUDA, records it once per shape and replays that."""
 
     def __init__(self, capture: bool):
         self.capture = capture
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.rows = -1  # the row count of the last step (its graph's, once recorded)
+        self.shape: Hashable = None  # the shape of the last step (its graph's, once recorded)
         self.pool: tuple[int, int] | None = None  # the graphs' memory: one replays at a time
         self.stream: torch.cuda.Stream | None = None  # where they are recorded
         # Every graph recorded into the pool, kept while the search lasts: the allocator frees a
         # pool when its last graph goes, and refuses a later recording into a freed pool.
         self.recorded: list[torch.cuda.CUDAGraph] = []
 
-    def __call__(self, step: Callable[[], None], rows: int, device: torch.device) -> None:
-        if not (self.capture and device.type == "cuda") or rows != self.rows:
-            self.graph, self.rows = None, rows
+    def __call__(self, step: Callable[[], None], shape: Hashable, device: torch.device) -> None:
+        """Runs ``step``, whose tensors' shapes ``shape`` names (anything that compares equal
+        exactly when they are the same)."""
+        if not (self.capture and device.type == "cuda") or shape != self.shape:
+            self.graph, self.shape = None, shape
             step()
             return
         if self.graph is None:

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reproduce.config import ModelConfig
-from reproduce.model.key_values import CachedTensors, KeyValues, SourceState, StaticKeyValues
+from reproduce.model.key_values import (CachedTensors, KeyValues, SourceState, StaticKeyValues,
+                                        StaticPositions)
 from reproduce.model.token_layout import TokenLayout
 
 
@@ -29,38 +30,35 @@ class DecoderCache:
     of the Transformer's attentions, or the recurrent decoder's LSTM states; each layer's entry
     maps a part's name to its tensors (:mod:`reproduce.model.key_values`).
 
-    With a ``capacity``, a Transformer keeps its keys and values in buffers of that many
-    positions and counts the positions decoded in ``position``, on the device (static shapes, for
-    a step replayed as a CUDA graph, which would replay a count on the host as recorded)."""
+    With ``static`` positions, a Transformer keeps its keys and values in buffers of their
+    capacity and counts the positions decoded on the device (static shapes, for a step replayed
+    as a CUDA graph, which would replay a count on the host as recorded)."""
 
     layers: list[dict[str, CachedTensors]] = field(default_factory=list)
-    length: int = 0  # positions decoded so far, without a capacity
-    capacity: int | None = None
-    position: Tensor | None = None  # 0-d long: positions decoded so far, with a capacity
+    length: int = 0  # positions decoded so far, counted on the host without static positions
+    static: StaticPositions | None = None
 
     def self_attention_keys(self) -> KeyValues | StaticKeyValues:
         """An empty store for one self-attention's keys and values, of this cache's kind."""
-        if self.capacity is None:
-            return KeyValues()
-        return StaticKeyValues(self.capacity, self.position)
+        return KeyValues() if self.static is None else StaticKeyValues(self.static)
 
     @property
     def decoded(self) -> int | Tensor:
-        """Positions decoded so far: counted on the host, or on the device with a capacity."""
-        return self.length if self.capacity is None else self.position
+        """Positions decoded so far: counted on the host, or on the device if static."""
+        return self.length if self.static is None else self.static.written
 
     def new_positions(self, new: int) -> tuple[int | Tensor, int]:
         """Where ``new`` positions after the decoded ones start, and a bound that every
         position stays below."""
-        return self.decoded, self.length + new if self.capacity is None else self.capacity
+        return self.decoded, self.length + new if self.static is None else self.static.capacity
 
     def advance(self, new: int) -> None:
-        """Counts ``new`` positions decoded (on the device with a capacity: a replayed step
-        advances it)."""
-        if self.capacity is None:
+        """Counts ``new`` positions decoded (on the device if static: a replayed step advances
+        it)."""
+        if self.static is None:
             self.length += new
         else:
-            self.position += new
+            self.static.written += new
 
     def reorder(self, hypotheses: Tensor, sentences: Tensor | None = None) -> None:
         """Keep rows ``hypotheses`` of the hypotheses' state (beam search's survivors, or those
