@@ -433,7 +433,8 @@ def _figure_lines(outcome: Outcome) -> list[str]:
         lines = [f"{figures['steps']} steps in {figures['precision']}, mean tokens per step "
                  f"{figures['mean_source_tokens_per_step']:.0f} source / "
                  f"{figures['mean_target_tokens_per_step']:.0f} target, padding "
-                 f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
+                 f"{100 * figures['padding']:.1f}%, dummy tokens "
+                 f"{100 * figures['dummy_tokens']:.1f}%; max_tokens_per_device "
                  f"{figures['max_tokens_per_device']}, {figures['passes_per_step']:.2f} passes a "
                  f"step, peak memory {_mib(figures['peak_memory_mib'])}", "",
                  "| window ends at step | steps/s | target tok/s | model TFLOP/s | MFU |",

@@ -29,10 +29,12 @@ device's busy time, the host is the bottleneck.
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, ``precision``, ``compile``, ``steps``, the mean tokens per step,
-``padding``, every window (``step``, ``target_tokens_per_second``, ``model_tflops_per_second``,
-``mfu`` or null) and the ``cold`` and ``warm`` headlines (``target_tokens_per_second``,
-``mfu`` against the GPU's peak, or null when none is known); with ``--profile``, ``profile``
-(:func:`profile_runs`' figures, per step).
+``padding`` (the share of the passes' ``[B, T]`` positions that hold no token: what attention
+on the padded batch computes for nothing), ``dummy_tokens`` (the share of the passes' tokens that
+are a bucket's dummy ones: what every layer computes for nothing), every window (``step``,
+``target_tokens_per_second``, ``model_tflops_per_second``, ``mfu`` or null) and the ``cold``
+and ``warm`` headlines (``target_tokens_per_second``, ``mfu`` against the GPU's peak, or null
+when none is known); with ``--profile``, ``profile`` (:func:`profile_runs`' figures, per step).
 """
 
 from __future__ import annotations
@@ -175,7 +177,8 @@ def main() -> None:
     print(f"steps: {figures['steps']}, mean tokens per step: "
           f"{figures['mean_source_tokens_per_step']:.0f} source, "
           f"{figures['mean_target_tokens_per_step']:.0f} target; padding "
-          f"{100 * figures['padding']:.1f}%; max_tokens_per_device "
+          f"{100 * figures['padding']:.1f}%, dummy tokens "
+          f"{100 * figures['dummy_tokens']:.1f}%; max_tokens_per_device "
           f"{figures['max_tokens_per_device']}, pass_buckets {variant.training.pass_buckets}, "
           f"cuda_graphs {args.cuda_graphs}, attention {args.attention}, passes per step "
           f"{figures['passes_per_step']}, peak memory "
@@ -254,7 +257,8 @@ def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: boo
         "steps": summary["steps"],
         "mean_source_tokens_per_step": summary["mean_source_tokens_per_step"],
         "mean_target_tokens_per_step": summary["mean_target_tokens_per_step"],
-        "padding": summary["padding_waste"], "peak_flops": peak,
+        "padding": summary["padding_waste"], "dummy_tokens": summary["dummy_token_share"],
+        "peak_flops": peak,
         "windows": [{"step": row["step"], "steps_per_second": row["steps_per_second"],
                      "target_tokens_per_second": row["target_tokens_per_second"],
                      "model_tflops_per_second": row["model_tflops_per_second"],

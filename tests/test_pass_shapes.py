@@ -24,7 +24,7 @@ from reproduce.training.batching import (TOKEN_QUANTA, MicroBatchStream, collate
 from reproduce.training.projected_loss import projected_label_smoothed_loss
 from reproduce.training.teacher_forcing import TeacherForcedStates
 from reproduce.training.assembly import build_trainer
-from reproduce.training.trainer import NonFiniteLossError
+from reproduce.training.trainer import NonFiniteLossError, Trainer
 from tests.test_batching import wmt_like_corpus
 from tests.test_packed_attention import attend_each_sequence
 from tests.test_training import _key_bias_masks
@@ -263,15 +263,27 @@ def test_the_counter_counts_what_synchronises():
     assert counter.operations["aten::nonzero"] == 1
 
 
-def test_training_in_buckets_trains_the_model_of_training_without(corpora, tmp_path):
+def test_training_in_buckets_trains_the_model_of_training_without(corpora, tmp_path,
+                                                                  monkeypatch):
     """Six steps with dropout, bucketed and not: the same model, to float summation order (as
-    any other cut of a step into passes, tests/test_fused_passes.py)."""
+    any other cut of a step into passes, tests/test_fused_passes.py). The run's summary counts
+    the passes' tokens: the pairs' alone without buckets, each bucket's on both sides with."""
+    shapes = []
+    bucket = Trainer._bucket
+    monkeypatch.setattr(Trainer, "_bucket", lambda trainer, indices: shapes.append(
+        bucket(trainer, indices)) or shapes[-1])
     models = {}
     for buckets in (False, True):
         folder = tmp_path / str(buckets)
-        build_trainer(small_variant(steps=6, dropout=0.1, pass_buckets=buckets), TINY, *corpora,
-                      folder).run()
+        shapes.clear()
+        summary = build_trainer(small_variant(steps=6, dropout=0.1, pass_buckets=buckets), TINY,
+                                *corpora, folder).run()
         models[buckets] = load_checkpoint(folder / "train/final.pt")["model"]
+        real = summary["source_tokens"] + summary["target_tokens"]
+        computed = sum(2 * shape.tokens for shape in shapes) if buckets else real
+        assert summary["pass_tokens"] == computed
+        assert summary["dummy_token_share"] == pytest.approx(1 - real / computed)
+        assert (summary["dummy_token_share"] > 0) == buckets
     config = small_variant(steps=6).model
     key_bias = _key_bias_masks(config, models[False])
     for name, tensor in models[False].items():

@@ -109,34 +109,36 @@ def test_the_learning_rate_and_loss_go_where_they_should(corpora, tmp_path):
     assert summary["training_flops"] == flops
 
 
-def _outcome(loss, source_tokens, target_tokens, flops, padded_positions, passes):
+def _outcome(loss, source_tokens, target_tokens, flops, padded_positions, pass_tokens, passes):
     return StepOutcome(applied=True, loss=loss, source_tokens=source_tokens,
                        target_tokens=target_tokens, flops=flops,
-                       padded_positions=padded_positions, passes=passes,
+                       padded_positions=padded_positions, pass_tokens=pass_tokens, passes=passes,
                        grad_norm=torch.tensor(1.0), gradient_finite=True, stop_asked=False)
 
 
 def _two_step_totals():
     totals = RunTotals()
-    totals.add(_outcome(2.0, 30, 40, 1000, 100, 1.0))
-    totals.add(_outcome(1.5, 10, 20, 500, 40, 2.0))
+    totals.add(_outcome(2.0, 30, 40, 1000, 100, 80, 1.0))
+    totals.add(_outcome(1.5, 10, 20, 500, 40, 45, 2.0))
     totals.wall_seconds = 3.0
     totals.last_losses["dev"] = 1.25
     return totals
 
 
 def test_a_runs_summary_sums_its_steps_and_derives_rates_and_padding_from_them():
-    """Two hand-made steps: tokens, FLOPs, padded positions and passes add up; rates are per
-    wall second, means per step, the padding waste is the share of the padded positions that
-    hold no token (1 - 100 / 140), the last losses are the last step's and the dev loss."""
+    """Two hand-made steps: tokens, FLOPs, padded positions, pass tokens and passes add up;
+    rates are per wall second, means per step, the padding waste is the share of the padded
+    positions that hold no token (1 - 100 / 140), the dummy-token share that of the passes'
+    tokens that are no pair's (1 - 100 / 125), the last losses are the last step's and the dev
+    loss."""
     summary = _two_step_totals().summary(steps=2, peak_flops=1000.0)
     assert summary == pytest.approx({
         "source_tokens": 40, "target_tokens": 60, "wall_seconds": 3.0, "training_flops": 1500,
-        "padded_positions": 140, "skipped_steps": 0, "passes": 3.0,
+        "padded_positions": 140, "pass_tokens": 125, "skipped_steps": 0, "passes": 3.0,
         "mean_source_tokens_per_step": 20.0, "mean_target_tokens_per_step": 30.0,
         "mean_passes_per_step": 1.5, "target_tokens_per_second": 20.0,
         "model_flops_per_second": 500.0, "mfu": 0.5, "final_train_loss": 1.5,
-        "final_dev_loss": 1.25, "padding_waste": 40 / 140,
+        "final_dev_loss": 1.25, "padding_waste": 40 / 140, "dummy_token_share": 25 / 125,
     })
     assert RunTotals().summary(steps=0, peak_flops=None)["mfu"] is None
 

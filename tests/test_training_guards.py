@@ -84,7 +84,7 @@ def test_an_update_of_a_finite_loss_but_non_finite_gradient_is_never_applied(cor
 def test_either_a_non_finite_loss_or_gradient_stops_the_run(loss, gradient_finite, stops):
     """Each alone is divergence. Without the stop, the trainer would retry a step whose
     gradient stays non-finite, forever: the run above would only end at pytest's timeout."""
-    outcome = StepOutcome(True, loss, 10, 12, 1000, 0, 1.0,
+    outcome = StepOutcome(True, loss, 10, 12, 1000, 0, 0, 1.0,
                           torch.tensor(2.0 if gradient_finite else float("inf")),
                           gradient_finite, False)
     if stops:

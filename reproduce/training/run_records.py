@@ -39,7 +39,8 @@ class StepOutcome(NamedTuple):
     source_tokens: int
     target_tokens: int
     flops: int
-    padded_positions: int
+    padded_positions: int  # of the passes' [B, T] batches, both sides
+    pass_tokens: int  # the passes' tokens, both sides: the pairs' and a bucket's dummy ones
     passes: float  # forward/backward passes per rank
     grad_norm: torch.Tensor  # of the true gradient before clipping
     gradient_finite: bool
@@ -55,6 +56,7 @@ class RunTotals:
     wall_seconds: float = 0.0
     training_flops: int = 0
     padded_positions: int = 0
+    pass_tokens: int = 0
     skipped_steps: int = 0
     passes: float = 0.0  # forward/backward passes per rank, summed over steps
     last_losses: dict = field(default_factory=lambda: {"train": float("nan"),
@@ -66,6 +68,7 @@ class RunTotals:
         self.target_tokens += outcome.target_tokens
         self.training_flops += outcome.flops
         self.padded_positions += outcome.padded_positions
+        self.pass_tokens += outcome.pass_tokens
         self.passes += outcome.passes
         self.last_losses["train"] = outcome.loss
 
@@ -95,10 +98,15 @@ class RunTotals:
             "mfu": self.training_flops / seconds / peak_flops if peak_flops else None,
             "final_train_loss": self.last_losses["train"],
             "final_dev_loss": self.last_losses["dev"],
-            # Padding in the passes' [B, T] batches: attention's products compute it, the
-            # matrices skip it (reproduce.model.token_layout).
+            # Padding in the passes' [B, T] batches: attention on the padded batch computes it,
+            # the matrices skip it (reproduce.model.token_layout), and so does attention over
+            # packed tokens.
             "padding_waste": (1.0 - real_positions / self.padded_positions
                               if self.padded_positions else 0.0),
+            # Dummy tokens of bucketed passes (training.pass_buckets): every layer computes
+            # them, for no loss and no gradient.
+            "dummy_token_share": (1.0 - real_positions / self.pass_tokens
+                                  if self.pass_tokens else 0.0),
         }
 
 

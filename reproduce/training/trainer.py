@@ -161,22 +161,23 @@ class Trainer:
         attempted = self.step + 1
         batches = self._collate_passes(group, step_key(self.training.seed, attempted))
         self._fresh_gradients(len(batches))
-        # loss, padded positions, passes, ranks asked to stop: summed on the device (and over
-        # the ranks), read after the step
-        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
+        # loss, padded positions, pass tokens, passes, ranks asked to stop: summed on the
+        # device (and over the ranks), read after the step
+        totals = torch.zeros(5, dtype=torch.float64, device=self.device)
         factor = self.world / target_tokens  # each pass's loss: a share of the step's mean
         loss_gradient = self.optimizer_update.loss_gradient(factor, self.device)
         for number, pending in enumerate(batches):
             batch = pending.result().to(self.device)
             totals[1] += batch.source.numel() + batch.target_output.numel()
+            totals[2] += batch.source_index.numel() + batch.target_index.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during its backward
             with self.passes.gradients_held(last):
                 loss = self.passes.loss(batch, loss_gradient)
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
-        totals[2] += len(batches)
+        totals[3] += len(batches)
         if self.world > 1 and self.interruption.pending() is not None:  # see _stopping
-            totals[3] += 1
+            totals[4] += 1
         distributed.all_reduce_sum(totals)
         set_learning_rate(self.optimizer, learning_rate(
             attempted, self.config.d_model, self.training.warmup_steps,
@@ -355,8 +356,8 @@ def check_finite(outcome: StepOutcome, attempted: int, precision: str) -> None:
 
 class QueuedStep:
     """An optimizer step whose work is queued on the device: what the host knows of it, and its
-    totals (summed loss, padded positions, passes, ranks asked to stop, a non-finite gradient) on
-    their way.
+    totals (summed loss, padded positions, pass tokens, passes, ranks asked to stop, a non-finite
+    gradient) on their way.
 
     On a GPU the totals are copied into pinned host memory behind the step's kernels, and an
     event marks the copy's end: reading them waits for that step alone, not for the next one,
@@ -376,10 +377,10 @@ class QueuedStep:
     def outcome(self) -> StepOutcome:
         if self.ready is not None:
             self.ready.synchronize()
-        loss_total, padded, passes, asked, not_finite = self.readings.tolist()
+        loss_total, padded, tokens, passes, asked, not_finite = self.readings.tolist()
         return StepOutcome(self.applied, loss_total / self.target_tokens, self.source_tokens,
-                           self.target_tokens, self.flops, int(padded), passes / self.world,
-                           self.grad_norm, not not_finite, asked > 0)
+                           self.target_tokens, self.flops, int(padded), int(tokens),
+                           passes / self.world, self.grad_norm, not not_finite, asked > 0)
 
 
 def checkpoint_bytes(model: torch.nn.Module) -> int:
