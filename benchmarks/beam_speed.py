@@ -30,7 +30,10 @@ the ``decoding`` settings ``check_every``, ``max_sentences_per_batch``, ``max_to
 ``cuda_graphs`` and ``precision`` of the config, and the headline names each one replaced
 (``..., trained lengths, check_every=8): ...``); the config's ``auto`` takes its value for the
 device that decodes (on a GPU: CUDA graphs, done sentences read every 8 steps), which the
-headline names too (``cuda_graphs=True (auto)``).
+headline names too (``cuda_graphs=True (auto)``). ``--window-stride`` is no setting: with CUDA
+graphs, a step reads its cached keys and values through a window that grows by that many
+positions (:data:`reproduce.model.key_values.READ_WINDOW_STRIDE`); a stride above the longest
+output measures the whole-buffer reads the window replaced.
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
@@ -45,7 +48,8 @@ kernels run and launches from the host, the top kernels and host operations.
 settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
 ``tokens_per_batch``, ``check_every``, ``cuda_graphs``: the values decoding ran with),
 ``replaced`` (the settings given on the command line), ``auto`` (the settings left at the
-config's ``auto``, with the value they took on this device),
+config's ``auto``, with the value they took on this device), ``options`` (the benchmark's own
+options given: ``window_stride``), ``window_stride`` (the one the search ran with),
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
@@ -80,6 +84,7 @@ from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
 from reproduce.gpu_peak_rates import peak_rate
+from reproduce.model import key_values
 from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
 from reproduce.model.flops import TransformerFlops
 from reproduce.special_tokens import EOS, PAD
@@ -204,11 +209,19 @@ def main() -> None:
                              "(default: the config's)")
     parser.add_argument("--precision", choices=get_args(DecodingPrecision),
                         help="decoding.precision (default: the config's)")
+    parser.add_argument("--window-stride", type=int,
+                        help="with CUDA graphs, the positions by which a step's window of "
+                             "cached keys and values grows (reproduce.model.key_values."
+                             "READ_WINDOW_STRIDE, default 32); one above the longest output "
+                             "reads the whole buffer at every step, as before the window")
     parser.add_argument("--profile", action="store_true",
                         help="then profile the decoding of one batch (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
+    options = {} if args.window_stride is None else {"window_stride": args.window_stride}
+    if args.window_stride is not None:
+        key_values.READ_WINDOW_STRIDE = args.window_stride
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
     variant = experiment.variant("big" if args.size == "big" else "base")
     config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
@@ -253,6 +266,7 @@ def main() -> None:
         "sentences_per_batch": decoding.max_sentences_per_batch,
         "tokens_per_batch": decoding.max_tokens_per_batch, "check_every": decoding.check_every,
         "cuda_graphs": decoding.cuda_graphs, "replaced": replaced, "auto": auto,
+        "options": options, "window_stride": key_values.READ_WINDOW_STRIDE,
         "lengths": args.lengths,
         "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,

@@ -177,6 +177,11 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
                   "check8-512-graphs"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs"], 120,
                   "check8-512-graphs"),
+            # The same with every step reading its whole buffer of keys and values, as before
+            # the window (a stride above any output's length).
+            _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                 "--window-stride", "100000"], 90,
+                  "check8-512-graphs-whole-buffer"),
             _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
                                  "--precision", "tf32"], 90, "check8-512-graphs-tf32"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",

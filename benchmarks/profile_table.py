@@ -43,10 +43,12 @@ def trainer_headline(figures: dict, label: str, how: str = "trainer") -> str:
 
 def beam_headline(figures: dict) -> str:
     """The figures' line of ``beam_speed.py`` (and BENCHMARKS.md): which lengths, each
-    decoding setting replaced, and each left at ``auto`` with the value it took."""
+    decoding setting replaced, each left at ``auto`` with the value it took, and the
+    benchmark's own options given."""
     named = [f"{figures['lengths']} lengths",
              *(f"{name}={value}" for name, value in figures["replaced"].items()),
-             *(f"{name}={value} (auto)" for name, value in figures["auto"].items())]
+             *(f"{name}={value} (auto)" for name, value in figures["auto"].items()),
+             *(f"{name}={value}" for name, value in figures["options"].items())]
     return (f"{figures['name']} {figures['size']} (beam {figures['beam']}, alpha "
             f"{figures['alpha']}, {figures['sentences']} sentences, {', '.join(named)}): "
             f"{figures['sentences_per_second']:,.1f} sentences/s, "

@@ -137,7 +137,7 @@ def test_a_step_that_writes_no_figures_counts_as_failed(tmp_path):
 
 BEAM_FIGURES = {"benchmark": "beam_speed", "name": "H100", "size": "base", "beam": 4,
                 "alpha": 0.6, "lengths": "trained", "replaced": {"check_every": 8},
-                "auto": {"cuda_graphs": True},
+                "auto": {"cuda_graphs": True}, "options": {}, "window_stride": 32,
                 "sentences": 3003, "source_tokens": 90_000,
                 "generated_tokens": 240_000, "seconds": 73.25, "sentences_per_second": 41.0,
                 "generated_tokens_per_second": 3276.5,
