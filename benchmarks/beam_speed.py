@@ -33,7 +33,10 @@ device that decodes (on a GPU: CUDA graphs, done sentences read every 8 steps), 
 headline names too (``cuda_graphs=True (auto)``). ``--window-stride`` is no setting: with CUDA
 graphs, a step reads its cached keys and values through a window that grows by that many
 positions (:data:`reproduce.model.key_values.READ_WINDOW_STRIDE`); a stride above the longest
-output measures the whole-buffer reads the window replaced.
+output measures the whole-buffer reads the window replaced. ``--attention-kernels`` is no setting
+either: the SDPA kernels decoding's attention may choose from (``math`` alone: softmax(Q K^T /
+sqrt(d_k)) V as matrix products, where the efficient kernel spends a tile of queries on each
+step's one).
 
 On a CPU ``--size cpu`` shrinks the model (N=2, d_model=256) and ``--sentences`` the input:
 
@@ -49,7 +52,8 @@ settings (``beam``, ``alpha``, ``max_length_offset``, ``sentences_per_batch``,
 ``tokens_per_batch``, ``check_every``, ``cuda_graphs``: the values decoding ran with),
 ``replaced`` (the settings given on the command line), ``auto`` (the settings left at the
 config's ``auto``, with the value they took on this device), ``options`` (the benchmark's own
-options given: ``window_stride``), ``window_stride`` (the one the search ran with),
+options given: ``window_stride``, ``attention_kernels``), ``window_stride`` and
+``attention_kernels`` (those the search ran with),
 ``lengths`` (worst or trained), ``sentences``,
 ``source_tokens``, ``generated_tokens``, ``seconds``, ``sentences_per_second`` and
 ``generated_tokens_per_second``, ``steps`` (how the search's steps ran: ``eager``,
@@ -76,6 +80,7 @@ from typing import get_args
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend
 
 from reproduce.config import DecodingPrecision
 from reproduce.experiment_file import load_experiment
@@ -84,7 +89,7 @@ from reproduce.decoding.translate import translate_sentences
 from reproduce.model.architectures import build_model
 from reproduce.files import write_json
 from reproduce.gpu_peak_rates import peak_rate
-from reproduce.model import key_values
+from reproduce.model import key_values, packed_attention
 from reproduce.model.encoder_decoder import DecoderCache, EncodedSource, TranslationModel
 from reproduce.model.flops import TransformerFlops
 from reproduce.special_tokens import EOS, PAD
@@ -143,6 +148,20 @@ class EndsAtSourceLength:
         lengths = encoded.lengths.repeat_interleave(last.size(0) // encoded.lengths.size(0))
         last[:, EOS] = torch.where(lengths.le(generated), raised, last[:, EOS])
         return logits
+
+
+KERNEL_NAMES = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
+                SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}
+
+
+def _kernels(names: str) -> list[SDPBackend]:
+    """``--attention-kernels``' SDPA backends, from their names."""
+    backends = {name: backend for backend, name in KERNEL_NAMES.items()}
+    try:
+        return [backends[name] for name in names.split(",")]
+    except KeyError as unknown:
+        raise argparse.ArgumentTypeError(
+            f"{unknown.args[0]} is none of {', '.join(backends)}") from None
 
 
 @contextmanager
@@ -214,6 +233,11 @@ def main() -> None:
                              "cached keys and values grows (reproduce.model.key_values."
                              "READ_WINDOW_STRIDE, default 32); one above the longest output "
                              "reads the whole buffer at every step, as before the window")
+    parser.add_argument("--attention-kernels", type=_kernels,
+                        help="comma-separated SDPA kernels that attention on the padded batch "
+                             "(every attention of decoding) may choose from, in torch's order: "
+                             "flash, efficient, math, cudnn (default: reproduce.model."
+                             "packed_attention.PADDED_KERNELS, flash,efficient,math)")
     parser.add_argument("--profile", action="store_true",
                         help="then profile the decoding of one batch (where the time goes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -222,6 +246,11 @@ def main() -> None:
     options = {} if args.window_stride is None else {"window_stride": args.window_stride}
     if args.window_stride is not None:
         key_values.READ_WINDOW_STRIDE = args.window_stride
+    if args.attention_kernels is not None:
+        # in place: the attention modules hold the list itself
+        packed_attention.PADDED_KERNELS[:] = args.attention_kernels
+        options["attention_kernels"] = ",".join(
+            KERNEL_NAMES[kernel] for kernel in args.attention_kernels)
     experiment = load_experiment(ROOT / "configs/wmt14_en_de.yaml")
     variant = experiment.variant("big" if args.size == "big" else "base")
     config = variant.model.model_copy(update=CPU_MODEL) if args.size == "cpu" else variant.model
@@ -267,6 +296,7 @@ def main() -> None:
         "tokens_per_batch": decoding.max_tokens_per_batch, "check_every": decoding.check_every,
         "cuda_graphs": decoding.cuda_graphs, "replaced": replaced, "auto": auto,
         "options": options, "window_stride": key_values.READ_WINDOW_STRIDE,
+        "attention_kernels": [KERNEL_NAMES[kernel] for kernel in packed_attention.PADDED_KERNELS],
         "lengths": args.lengths,
         "sentences": len(sources),
         "source_tokens": source_tokens, "generated_tokens": generated, "seconds": seconds,

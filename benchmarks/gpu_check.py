@@ -182,6 +182,12 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
                                  "--window-stride", "100000"], 90,
                   "check8-512-graphs-whole-buffer"),
+            # Attention as matrix products (SDPA's math kernel), where the efficient kernel
+            # spends a tile of queries on a step's one.
+            _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                 "--attention-kernels", "math"], 90, "check8-512-graphs-math"),
+            _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
+                                "--attention-kernels", "math"], 120, "check8-512-graphs-math"),
             _beam(logs, "base", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",
                                  "--precision", "tf32"], 90, "check8-512-graphs-tf32"),
             _beam(logs, "big", [*GPU_BATCHES, "--check-every", "8", "--cuda-graphs",

@@ -138,20 +138,25 @@ def test_beam_speed_with_trained_lengths_ends_hypotheses_at_their_sources_length
     assert figures["model_flops"] is None and "model FLOPs: n/a" in output
 
 
-def test_beam_speed_can_read_the_static_cache_through_another_window_stride(tmp_path):
-    """``--window-stride`` (a benchmark option, no setting) sets the stride the static cache's
-    window grows by, for a GPU run to compare with the whole-buffer reads; the figures and the
-    headline name it."""
+def test_beam_speed_can_change_the_window_stride_and_the_attention_kernels(tmp_path):
+    """``--window-stride`` and ``--attention-kernels`` (the benchmark's options, no settings)
+    set the stride the static cache's window grows by and the SDPA kernels decoding may choose
+    from, for a GPU run to compare with the whole-buffer reads and the efficient kernel; the
+    figures and the headline name them."""
     figures = {}
     for stride in (None, 3):
-        options = [] if stride is None else ["--window-stride", str(stride)]
+        options = [] if stride is None else ["--window-stride", str(stride),
+                                             "--attention-kernels", "math"]
         path = tmp_path / f"{stride}.json"
         output = _run("beam_speed.py", "--size", "cpu", "--sentences", "4", "--vocab", "300",
                       "--cuda-graphs", *options, "--json", str(path))
         figures[stride] = json.loads(path.read_text())
     assert figures[None]["window_stride"] == 32 and figures[None]["options"] == {}
-    assert figures[3]["window_stride"] == 3 and figures[3]["options"] == {"window_stride": 3}
-    assert "cuda_graphs=True, check_every=1 (auto), window_stride=3):" in output
+    assert figures[None]["attention_kernels"] == ["flash", "efficient", "math"]
+    assert figures[3]["window_stride"] == 3 and figures[3]["attention_kernels"] == ["math"]
+    assert figures[3]["options"] == {"window_stride": 3, "attention_kernels": "math"}
+    assert ("cuda_graphs=True, check_every=1 (auto), window_stride=3, attention_kernels=math):"
+            in output)
 
 
 def test_line_lengths_names_each_files_longest_line(tmp_path):

@@ -159,16 +159,34 @@ def test_compiled_training_equals_eager_on_the_gpu(corpora, tmp_path):
                        eager.model, atol=1e-4)
 
 
+@pytest.fixture
+def padded_kernels(request):
+    """The SDPA kernels attention on the padded batch may choose from, replaced for the test
+    (in place: the attention modules hold the list) by the names in its parameter, or left."""
+    from torch.nn.attention import SDPBackend
+
+    from reproduce.model.packed_attention import PADDED_KERNELS
+
+    kept = list(PADDED_KERNELS)
+    if request.param is not None:
+        PADDED_KERNELS[:] = [getattr(SDPBackend, name) for name in request.param]
+    yield PADDED_KERNELS
+    PADDED_KERNELS[:] = kept
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("padded_kernels", [None, ["MATH"]], indirect=True)
 @pytest.mark.parametrize("stride", [2, 32])
 @pytest.mark.parametrize("seed", [0, 2])
 def test_search_steps_replayed_as_cuda_graphs_give_the_same_translations(seed, stride,
+                                                                         padded_kernels,
                                                                          monkeypatch):
     """``decoding.cuda_graphs``: graphs recorded and replayed (counted: 3 over the first two
     searches, the batch shedding done sentences at halves, a new graph each time, and with a
     window ``stride`` of 2 positions a graph for each window too), the same translations as eager
     steps on the growing cache; fp32, and under bf16 autocast without its cache (as translate
-    runs it)."""
+    runs it); with the default SDPA kernels, and with the math kernel alone (beam_speed.py's
+    ``--attention-kernels math``)."""
     from reproduce.decoding.step_graphs import StepGraphs
     from reproduce.model import key_values
     from tests.test_beam_search import peaky_model, random_batch
