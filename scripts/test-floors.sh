@@ -44,7 +44,7 @@ EOF
 # Temporary folders of its own: pytest keeps only the newest three of the shared default, so
 # other pytest runs on the machine would delete this run's folders under it. Left out: one
 # cross-check whose oracle is torch's own FLOP counter, which before torch 2.13 also counts some
-# matrix products inside the model's nn.LSTM (2.4.1 to 2.12.0 fail it, 2.13.0 passes); the
+# matrix products inside the model's nn.LSTM (2.6.0 to 2.12.0 fail it, 2.13.0 passes); the
 # project's FLOP numbers come from its own formulas, not from that counter.
 # The Slurm plugin's floor reads $USER, which login shells set and some containers do not.
 export USER="${USER:-$(id -un)}"

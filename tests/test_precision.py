@@ -16,7 +16,7 @@ import torch
 import reproduce.training.precision as precision_module
 from reproduce.training.checkpoints import list_checkpoints, load_checkpoint, save_checkpoint
 from reproduce.training.precision import (LossScaleError, OptimizerUpdate, can_compute_in,
-                                          resolve_precision, total_norm)
+                                          resolve_precision)
 from reproduce.training.optimizer import learning_rate
 from reproduce.errors import CheckpointError
 from reproduce.training.assembly import build_trainer
@@ -281,16 +281,4 @@ def test_a_steps_gradient_is_clipped_to_clip_norm_before_its_update(corpora, tmp
     trainer = build_trainer(variant, TINY, *corpora, tmp_path)
     trainer.run()
     gradients = [p.grad for p in trainer.model.parameters() if p.grad is not None]
-    assert total_norm(gradients).item() == pytest.approx(1e-3, rel=1e-3)
-
-
-def test_the_gradient_norm_is_the_same_on_torch_without_get_total_norm(monkeypatch):
-    """torch before 2.6 (the floor is 2.4.1) has no ``get_total_norm``: the norm of the
-    gradients then comes from their per-tensor norms, the same tensor bit for bit."""
-    grads = [torch.randn(shape, generator=torch.Generator().manual_seed(index))
-             for index, shape in enumerate([(300, 7), (64,), (5, 5, 5)])]
-    expected = total_norm(grads)
-    flat = torch.cat([grad.flatten() for grad in grads])
-    assert torch.allclose(expected, torch.linalg.vector_norm(flat), rtol=1e-6)
-    monkeypatch.delattr(torch.nn.utils, "get_total_norm", raising=False)
-    assert torch.equal(total_norm(grads), expected)
+    assert torch.nn.utils.get_total_norm(gradients).item() == pytest.approx(1e-3, rel=1e-3)

@@ -138,11 +138,12 @@ def test_traced_with_a_compiled_pass_the_loss_with_its_gradients_is_one_opaque_o
         return graph.forward
 
     states, weight, targets = _case(seed=5)
-    real = targets.ne(PAD)
+    real = targets.flatten().ne(PAD).nonzero().squeeze(1)  # as a pass's target_index
     announced = torch.tensor(0.5, dtype=torch.float64)
 
     def pass_loss(states, weight):
-        return projected_label_smoothed_loss(states[real].sin(), weight, targets[real], 0.1, 4,
+        return projected_label_smoothed_loss(states.flatten(0, 1)[real].sin(), weight,
+                                             targets.flatten()[real], 0.1, 4,
                                              gradient_scale=announced)[0]
 
     loss = torch.compile(pass_loss, backend=keep_graph, fullgraph=True)(states, weight)

@@ -176,7 +176,7 @@ class OptimizerUpdate:
         self.scaler.unscale_(self.optimizer)  # clip and measure the gradient, not S times it
         grads = [p.grad for p in self.parameters if p.grad is not None]
         if self.clip_norm is None:
-            norm = total_norm(grads)
+            norm = torch.nn.utils.get_total_norm(grads)
         else:
             norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.clip_norm)
         not_finite = torch.zeros((), dtype=torch.float32, device=norm.device)
@@ -221,10 +221,3 @@ class OptimizerUpdate:
             self.loss_scale = self.scaler.get_scale()
 
 
-def total_norm(grads: list[Tensor]) -> Tensor:
-    """The 2-norm of all ``grads`` together, on their device (no host read): torch's
-    ``get_total_norm`` from 2.6 on; before it, the ``_foreach_norm`` per tensor that it and
-    ``clip_grad_norm_`` compute it from (the torch floor, 2.4.1, has no ``get_total_norm``)."""
-    if hasattr(torch.nn.utils, "get_total_norm"):
-        return torch.nn.utils.get_total_norm(grads)
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))

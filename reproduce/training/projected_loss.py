@@ -38,8 +38,6 @@ kernels.
 from __future__ import annotations
 
 import functools
-import typing
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -136,15 +134,7 @@ def _chunk_losses(states: Tensor, weight: Tensor, targets: Tensor, token_weight:
     return total, log_normalisers, gradients
 
 
-def _annotations_evaluated(function: Callable) -> Callable:
-    """``function`` with its annotations as objects: this module's are strings (postponed
-    evaluation), which torch 2.4's ``custom_op`` cannot read into a schema (2.5 on can)."""
-    function.__annotations__ = typing.get_type_hints(function)
-    return function
-
-
 @torch.library.custom_op("reproduce::projected_loss_and_gradients", mutates_args=())
-@_annotations_evaluated
 def _loss_and_gradients(states: Tensor, weight: Tensor, targets: Tensor,
                         token_weight: Tensor | None, epsilon: float, chunk_rows: int,
                         dtype: torch.dtype, compiled: bool,
