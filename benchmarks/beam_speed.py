@@ -154,6 +154,13 @@ KERNEL_NAMES = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENT
                 SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}
 
 
+def _stride(text: str) -> int:
+    """``--window-stride``: a number of positions above 0."""
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"a number of positions above 0 (got {text})")
+    return int(text)
+
+
 def _kernels(names: str) -> list[SDPBackend]:
     """``--attention-kernels``' SDPA backends, from their names."""
     backends = {name: backend for backend, name in KERNEL_NAMES.items()}
@@ -228,7 +235,7 @@ def main() -> None:
                              "(default: the config's)")
     parser.add_argument("--precision", choices=get_args(DecodingPrecision),
                         help="decoding.precision (default: the config's)")
-    parser.add_argument("--window-stride", type=int,
+    parser.add_argument("--window-stride", type=_stride,
                         help="with CUDA graphs, the positions by which a step's window of "
                              "cached keys and values grows (reproduce.model.key_values."
                              "READ_WINDOW_STRIDE, default 32); one above the longest output "

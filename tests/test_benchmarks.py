@@ -157,6 +157,10 @@ def test_beam_speed_can_change_the_window_stride_and_the_attention_kernels(tmp_p
     assert figures[3]["options"] == {"window_stride": 3, "attention_kernels": "math"}
     assert ("cuda_graphs=True, check_every=1 (auto), window_stride=3, attention_kernels=math):"
             in output)
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks/beam_speed.py"),
+                              "--window-stride", "0"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "--window-stride: a number of positions above 0 (got 0)" in refused.stderr
 
 
 def test_line_lengths_names_each_files_longest_line(tmp_path):
