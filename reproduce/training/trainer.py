@@ -166,15 +166,18 @@ class Trainer:
         totals = torch.zeros(5, dtype=torch.float64, device=self.device)
         factor = self.world / target_tokens  # each pass's loss: a share of the step's mean
         loss_gradient = self.optimizer_update.loss_gradient(factor, self.device)
+        padded = tokens = 0  # the passes' sizes, known on the host: added to totals once
         for number, pending in enumerate(batches):
             batch = pending.result().to(self.device)
-            totals[1] += batch.source.numel() + batch.target_output.numel()
-            totals[2] += batch.source_index.numel() + batch.target_index.numel()
+            padded += batch.source.numel() + batch.target_output.numel()
+            tokens += batch.source_index.numel() + batch.target_index.numel()
             last = number == len(batches) - 1  # gradients are all-reduced during its backward
             with self.passes.gradients_held(last):
                 loss = self.passes.loss(batch, loss_gradient)
                 self.optimizer_update.backward(loss * factor)  # x S in fp16
             totals[0] += loss.detach()
+        totals[1] += padded
+        totals[2] += tokens
         totals[3] += len(batches)
         if self.world > 1 and self.interruption.pending() is not None:  # see _stopping
             totals[4] += 1
