@@ -5,6 +5,43 @@ torch)."""
 
 from __future__ import annotations
 
+# What a kernel does, told by its name: the first kind whose words the name holds (in lower
+# case). Attention comes before matrix products (cutlass names both: ``fmha_cutlass...``) and
+# layer normalisation before copies (Inductor names a fused kernel by every operation in it,
+# ``..._to_copy_..._native_layer_norm_backward_...``).
+KERNEL_KINDS = [
+    ("attention", ("flash", "fmha", "attention", "attn")),
+    ("matrix products", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "triton_tem_fused_mm",
+                         "triton_mm", "splitk")),
+    ("layer normalisation", ("layer_norm", "layernorm")),
+    ("softmax and loss", ("softmax", "amax", "logsumexp", "nll", "cross_entropy")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("gathers and scatters", ("index", "gather", "scatter")),
+    ("copies and fills", ("memcpy", "memset", "copy", "fill")),
+]
+OTHER_KERNELS = "other (element-wise, reductions)"
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of work a kernel named ``name`` does (:data:`KERNEL_KINDS`)."""
+    lowered = name.lower()
+    for kind, words in KERNEL_KINDS:
+        if any(word in lowered for word in words):
+            return kind
+    return OTHER_KERNELS
+
+
+def kernel_kinds(kernels: dict[str, tuple[float, int]], runs: int) -> list[dict]:
+    """Every kernel's time (``name -> (milliseconds, launches)`` over ``runs`` runs) summed by
+    kind, per run, the kind with the most time first."""
+    totals: dict[str, list] = {}
+    for name, (ms, launches) in kernels.items():
+        total = totals.setdefault(kernel_kind(name), [0.0, 0])
+        total[0] += ms
+        total[1] += launches
+    return [{"kind": kind, "ms": ms / runs, "kernels": launches / runs}
+            for kind, (ms, launches) in sorted(totals.items(), key=lambda item: -item[1][0])]
+
 
 def profile_lines(profiled: dict) -> list[str]:
     """The figures of ``trainer_speed.profile_runs``, a table of kernels (on a GPU) and one of
@@ -16,6 +53,8 @@ def profile_lines(profiled: dict) -> list[str]:
                 f"{profiled['host_launches']:,.0f} launches from the host a {unit} "
                 f"({profiled['graph_launches']:,.0f} of them graph replays)"
                 if busy is not None else "n/a (no CUDA)")]
+    if profiled["kinds"]:
+        lines += ["", *kind_table(profiled)]
     if profiled["top_kernels"]:
         lines += ["", f"| kernel | ms a {unit} | launches a {unit} |", "|---|---|---|"]
         lines += [f"| `{_short(row['name'])}` | {row['ms']:.2f} | {row['launches']:,.0f} |"
@@ -23,6 +62,23 @@ def profile_lines(profiled: dict) -> list[str]:
     lines += ["", f"| host operation | own ms a {unit} | calls a {unit} |", "|---|---|---|"]
     lines += [f"| `{_short(row['name'])}` | {row['self_ms']:.2f} | {row['calls']:,.0f} |"
               for row in profiled["top_host_ops"]]
+    return lines
+
+
+def kind_table(profiled: dict) -> list[str]:
+    """The device's time by kind of kernel (``profiled["kinds"]``), with the rate of the matrix
+    products and of attention where the profile knows their FLOPs a run (``matrix_flops``,
+    ``attention_flops``: the model's exact count, :mod:`reproduce.model.flops`)."""
+    unit, busy = profiled["unit"], profiled["device_busy_ms"]
+    flops = {"matrix products": profiled.get("matrix_flops"),
+             "attention": profiled.get("attention_flops")}
+    lines = [f"| kind of kernel | ms a {unit} | share of busy | kernels a {unit} | model TFLOP/s |",
+             "|---|---|---|---|---|"]
+    for row in profiled["kinds"]:
+        done = flops.get(row["kind"])
+        rate = f"{done / row['ms'] / 1e9:,.1f}" if done and row["ms"] > 0 else ""
+        lines.append(f"| {row['kind']} | {row['ms']:.2f} | {100 * row['ms'] / busy:.1f}% | "
+                     f"{row['kernels']:,.0f} | {rate} |")
     return lines
 
 

@@ -23,9 +23,12 @@ step, not the GPU's, sets their pace: its headline is steps per second.
 ``--profile K`` then profiles K more steps of the trained (warm, compiled where asked) trainer
 with torch.profiler: the wall time of a profiled step, the device's busy time (its kernels' time
 summed), the kernels it ran and the launches the host made per step (a CUDA graph's replay is one
-launch), the kernels that take the most device time and the host operations that take the most
-host time; where an unprofiled step's wall time is far above the
-device's busy time, the host is the bottleneck.
+launch), the device's time by kind of kernel (matrix products, attention, layer normalisation...,
+told by the kernels' names: ``profile_table.KERNEL_KINDS``) with the rate at which the matrix
+products and attention computed their exact model FLOPs, the kernels that take the most device
+time and the host operations that take the most host time; where an unprofiled step's wall time
+is far above the device's busy time, the host is the bottleneck. The matrix products' rate says
+how far the step can go: at 35% MFU a base step (24k target tokens) has 26 ms for everything.
 
 ``--json PATH`` also writes the figures, unrounded, as JSON (what ``gpu_check.py`` reads):
 ``device``, ``name``, ``size``, ``precision``, ``compile``, ``steps``, the mean tokens per step,
@@ -34,7 +37,8 @@ on the padded batch computes for nothing), ``dummy_tokens`` (the share of the pa
 are a bucket's dummy ones: what every layer computes for nothing), every window (``step``,
 ``target_tokens_per_second``, ``model_tflops_per_second``, ``mfu`` or null) and the ``cold``
 and ``warm`` headlines (``target_tokens_per_second``, ``mfu`` against the GPU's peak, or null
-when none is known); with ``--profile``, ``profile`` (:func:`profile_runs`' figures, per step).
+when none is known); with ``--profile``, ``profile`` (:func:`profile_runs`' figures, per step,
+and the profiled steps' ``matrix_flops`` and ``attention_flops`` a step).
 """
 
 from __future__ import annotations
@@ -55,10 +59,10 @@ from torch.profiler import ProfilerActivity, profile
 from reproduce.config import Experiment
 from reproduce.experiment_file import load_experiment
 from reproduce.data.encoded import EncodedCorpusWriter
-from reproduce.model.flops import peak_flops
+from reproduce.model.flops import TRAINING_MULTIPLIER, TransformerFlops, peak_flops
 from reproduce.files import read_records, write_json
 from reproduce.training.assembly import build_trainer
-from profile_table import profile_lines, trainer_headline
+from profile_table import kernel_kinds, profile_lines, trainer_headline
 
 ROOT = Path(__file__).resolve().parents[1]
 # The reduced models of --size cpu and small, and small's tokens a step and a pass.
@@ -162,9 +166,12 @@ def main() -> None:
                     if trainer.device.type == "cuda" else None)
         windows = read_records(trainer.records.metrics_path)
         windows = [row for row in windows if "target_tokens_per_second" in row]
-        profiled = (profile_runs(trainer._train_step, args.profile, "step",
-                                 trainer.device.type == "cuda")
-                    if args.profile else None)
+        profiled = None
+        if args.profile:
+            steps = []  # the profiled steps, for their FLOPs
+            profiled = profile_runs(lambda: steps.append(trainer._train_step()), args.profile,
+                                    "step", trainer.device.type == "cuda")
+            profiled.update(matrix_and_attention_flops(trainer.flops, steps))
 
     figures = trainer_figures(summary, windows, args.size, args.compile)
     figures.update(peak_memory_mib=peak_mib, pass_buckets=variant.training.pass_buckets,
@@ -203,8 +210,9 @@ def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) ->
     """``runs`` calls of ``run`` (a training step, a batch's decoding) under torch.profiler:
     per call (``unit``), the wall time; on a GPU (else None) the device's kernel time, the
     kernels it ran, and the launches the host made (:data:`HOST_LAUNCHES`: a captured graph's
-    replay is one launch, whatever kernels it runs), graph replays among them; the kernels with
-    the most device time and the host operations with the most host time of their own."""
+    replay is one launch, whatever kernels it runs), graph replays among them, the kernels'
+    time by kind (``kinds``, :func:`profile_table.kernel_kinds`); the kernels with the most
+    device time and the host operations with the most host time of their own."""
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     synchronize()
@@ -227,6 +235,8 @@ def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) ->
     return {
         "unit": unit, "runs": runs, "wall_ms": 1e3 * wall / runs,
         "device_busy_ms": busy / 1e3 / runs if cuda else None,
+        "kinds": kernel_kinds({name: (time_us / 1e3, launches)
+                               for name, (time_us, launches) in kernels.items()}, runs),
         "kernels": sum(n for _, n in kernels.values()) / runs if cuda else None,
         "host_launches": sum(launch_calls.values()) / runs if cuda else None,
         "graph_launches": launch_calls["cudaGraphLaunch"] / runs if cuda else None,
@@ -236,6 +246,17 @@ def profile_runs(run: Callable[[], object], runs: int, unit: str, cuda: bool) ->
         "top_host_ops": [{"name": op.key, "self_ms": op.self_cpu_time_total / 1e3 / runs,
                           "calls": op.count / runs} for op in host[:TOP_HOST_OPS]],
     }
+
+
+def matrix_and_attention_flops(flops: TransformerFlops, steps: list) -> dict:
+    """The model FLOPs a step of the training ``steps`` (the trainer's queued steps): those of
+    the matrix products (every token through the projections, the feed-forward networks and
+    the output projection) and those of attention's products (eq. 1), which make up the rest."""
+    matrix = sum(TRAINING_MULTIPLIER * (flops.per_source_token() * step.source_tokens
+                                        + flops.per_target_token() * step.target_tokens)
+                 for step in steps)
+    attention = sum(step.flops for step in steps) - matrix
+    return {"matrix_flops": matrix / len(steps), "attention_flops": attention / len(steps)}
 
 
 def trainer_figures(summary: dict, windows: list[dict], size: str, compiled: bool) -> dict:

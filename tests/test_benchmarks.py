@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from reproduce.experiment_file import load_experiment
@@ -18,6 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # what beam_speed.py imports besid
 _spec = importlib.util.spec_from_file_location("beam_speed", ROOT / "benchmarks/beam_speed.py")
 beam_speed = sys.modules.setdefault("beam_speed", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(beam_speed)  # benchmarks/ is no package: loaded from its file
+import profile_table  # noqa: E402  (beside beam_speed.py, imported by it)
+import trainer_speed  # noqa: E402
 
 
 def _run(script: str, *args: str) -> str:
@@ -66,6 +70,7 @@ def test_trainer_speed_prints_cold_and_warm_headlines(tmp_path):
     profiled = figures["profile"]
     assert profiled["unit"] == "step" and profiled["runs"] == 2
     assert profiled["device_busy_ms"] is None and profiled["top_kernels"] == []
+    assert profiled["kinds"] == [] and profiled["matrix_flops"] > profiled["attention_flops"] > 0
     assert len(profiled["top_host_ops"]) == 10
     assert {"aten::mm", "aten::addmm"} & {op["name"] for op in profiled["top_host_ops"]}
     assert all(op["calls"] >= 1 and op["self_ms"] > 0 for op in profiled["top_host_ops"])
@@ -161,6 +166,72 @@ def test_beam_speed_can_change_the_window_stride_and_the_attention_kernels(tmp_p
                               "--window-stride", "0"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "--window-stride: a number of positions above 0 (got 0)" in refused.stderr
+
+
+# Kernels of a compiled base step on an H200 (the profile of 2026-11-27, names cut short) and
+# the kind of work each does.
+H200_KERNELS = {
+    "triton_per_fused__to_copy_add_mul_native_layer_norm_backward_scalar_tensor_where_7":
+        "layer normalisation",
+    "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<"
+    "cutlass::arch::Sm80, cutlass::bfloat16_t, true, false, true, 64, 64, 64, false>::Params)":
+        "attention",
+    "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_TNN": "matrix products",
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64,"
+    " 128, 128, 8, 4, 4, 4, false, false, cutlass::bfloat16_t>": "attention",
+    "void at::native::indexFuncLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true, "
+    "at::native::(anonymous namespace)::ReduceAdd>": "gathers and scatters",
+    "triton_poi_fused__to_copy_mul_3": "copies and fills",
+    "triton_red_fused__to_copy_add_amax_exp_gather_log_mul_select_squeeze_sub_sum_unsqueeze_1":
+        "softmax and loss",
+    "nvjet_sm90_tst_128x184_64x5_4x2_h_bz_coopA_splitK_NNT": "matrix products",
+    "void at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add<float>, "
+    "std::array<char*, 3ul>, 4>": "other (element-wise, reductions)",
+    "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::"
+    "func_wrapper_t<float, at::native::sum_functor<float, float, float>>>>":
+        "other (element-wise, reductions)",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+    "namespace)::FusedAdamMathFunctor<float, 4>>": "optimizer",
+    "Memcpy DtoD (Device -> Device)": "copies and fills",
+}
+
+
+@pytest.mark.parametrize("name", H200_KERNELS)
+def test_a_kernel_is_told_by_its_name_what_work_it_does(name):
+    assert profile_table.kernel_kind(name) == H200_KERNELS[name]
+
+
+def test_the_kernels_time_is_summed_by_kind_with_the_rates_of_their_exact_flops():
+    """Every kernel's time counts in its kind (not only the top kernels'), per run; the matrix
+    products' and attention's rates are their model FLOPs a run over their time a run."""
+    kernels = {"nvjet_a": (30.0, 6), "nvjet_b": (10.0, 2), "flash_fwd": (8.0, 4),
+               "triton_per_fused_native_layer_norm_backward_1": (2.0, 2)}
+    kinds = profile_table.kernel_kinds(kernels, runs=2)
+    assert kinds == [{"kind": "matrix products", "ms": 20.0, "kernels": 4.0},
+                     {"kind": "attention", "ms": 4.0, "kernels": 2.0},
+                     {"kind": "layer normalisation", "ms": 1.0, "kernels": 1.0}]
+    profiled = {"unit": "step", "device_busy_ms": 25.0, "kinds": kinds,
+                "matrix_flops": 7e12, "attention_flops": 0.5e12}
+    assert profile_table.kind_table(profiled)[2:] == [
+        "| matrix products | 20.00 | 80.0% | 4 | 350.0 |",
+        "| attention | 4.00 | 16.0% | 2 | 125.0 |",
+        "| layer normalisation | 1.00 | 4.0% | 1 |  |"]
+
+
+def test_a_profiled_steps_flops_split_into_matrix_products_and_attention():
+    """The matrix products' FLOPs follow from the step's token counts alone; attention's are
+    the rest of the step's exact count, eq. 1's products over each pair's positions."""
+    model = load_experiment(ROOT / "configs/wmt14_en_de.yaml").variant("base").model
+    flops = TransformerFlops(model, 37000)
+    pairs = [(np.array([3, 30, 7]), np.array([5, 28, 9])), (np.array([12, 4]), np.array([11, 6]))]
+    steps = [SimpleNamespace(source_tokens=int(s.sum()), target_tokens=int(t.sum()),
+                             flops=flops.training(s, t)) for s, t in pairs]
+    split = trainer_speed.matrix_and_attention_flops(flops, steps)
+    attention = [3 * flops.attention(s, t) for s, t in pairs]
+    assert split["attention_flops"] == sum(attention) / 2
+    assert split["matrix_flops"] == sum(step.flops for step in steps) / 2 - sum(attention) / 2
+    assert split["matrix_flops"] == 3 * (flops.per_source_token() * 56
+                                         + flops.per_target_token() * 59) / 2
 
 
 def test_line_lengths_names_each_files_longest_line(tmp_path):
