@@ -153,18 +153,24 @@ def steps_line(steps: dict) -> str:
 
 
 def attention_table(rows: list[dict]) -> list[str]:
-    """``varlen_attention.py``'s table of padded against varlen attention (its ``rows``)."""
-    lines = ["| pass tokens | size | attention | padded cells / token | padded ms | varlen ms | "
-             "speed-up | peak MiB padded / varlen | varlen error (padded's) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    """``varlen_attention.py``'s table of padded against varlen and flex attention (its
+    ``rows``): each packed kernel's time, its speed-up over padded, peak memory and error."""
+    lines = ["| pass tokens | size | attention | padded cells / token | tiles varlen / flex | "
+             "padded ms | varlen ms | flex ms | speed-up varlen / flex | "
+             "peak MiB padded / varlen / flex | error varlen / flex (padded's) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "varlen_ms" in r:
-            varlen = (f"{r['varlen_ms']:.2f} | {r['padded_ms'] / r['varlen_ms']:.2f}x | "
-                      f"{r['padded_peak_mib']:,.0f} / {r['varlen_peak_mib']:,.0f} | "
-                      f"{r['varlen_error']:.1e} ({r['padded_error']:.1e})")
+            packed = (f"{r['varlen_ms']:.2f} | {r['flex_ms']:.2f} | "
+                      f"{r['padded_ms'] / r['varlen_ms']:.2f}x / "
+                      f"{r['padded_ms'] / r['flex_ms']:.2f}x | "
+                      f"{r['padded_peak_mib']:,.0f} / {r['varlen_peak_mib']:,.0f} / "
+                      f"{r['flex_peak_mib']:,.0f} | {r['varlen_error']:.1e} / "
+                      f"{r['flex_error']:.1e} ({r['padded_error']:.1e})")
         else:
-            varlen = f"n/a | n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)"
+            packed = f"n/a | n/a | n/a | n/a | n/a ({r['padded_error']:.1e} vs float64)"
         lines.append(f"| {r['query_tokens']:,} | {r['size']} | {r['kind']} | "
-                     f"{r['padded_queries'] / r['query_tokens']:.2f} | {r['padded_ms']:.2f} | "
-                     f"{varlen} |")
+                     f"{r['padded_queries'] / r['query_tokens']:.2f} | "
+                     f"{r['varlen_tiles']:,} / {r['flex_tiles']:,} | {r['padded_ms']:.2f} | "
+                     f"{packed} |")
     return lines

@@ -142,7 +142,8 @@ def main() -> None:
                         help="training.pass_buckets: passes of few shapes")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="training.cuda_graphs (with pass_buckets, compiled)")
-    parser.add_argument("--attention", choices=["auto", "padded", "varlen"], default="auto",
+    parser.add_argument("--attention", choices=["auto", "padded", "varlen", "flex"],
+                        default="auto",
                         help="training.attention")
     parser.add_argument("--profile", type=int, default=0, metavar="K",
                         help="then profile K more steps (where the time goes)")

@@ -1,6 +1,10 @@
 """Attention over a training pass, padded (SDPA on ``[B, h, T, d]``) against varlen (flash on the
-packed ``[N, h, d]`` tokens): time forward+backward, peak memory, and how far varlen is from the
-padded reference (reproduce.model.packed_attention).
+packed ``[N, h, d]`` tokens) and flex (compiled FlexAttention on the packed tokens in tiles of
+128 tokens): time forward+backward, peak memory, and how far each is from the padded reference
+(reproduce.model.packed_attention). Flex's time includes building its block mask, which a
+training pass builds once for all its layers. Each row also counts the tiles of 128 x 128
+(query, key) tokens each packed kernel computes for each head (on any device): varlen's, a
+sentence's own (causal: those up to the diagonal), and flex's, which short sentences share.
 
 A pass is built as the trainer builds one: WMT-like lengths (log-normal around 26 tokens, targets
 about 1.05x their source), sorted into micro-batches of ~3,100 tokens (the paper's 25k-token step
@@ -11,7 +15,7 @@ decoder (causal) self-attention and encoder-decoder attention, at the widths of 
 (CUDA events, after warm-up), peak extra memory, and ||varlen - padded|| / ||padded|| (both
 against a float32 computation of the same bf16 inputs). Without CUDA (or without the varlen API)
 only the padded path runs, on a small pass, and its output is checked against each sentence
-attended alone in float64.
+attended alone in float64 (flex runs on CUDA only: FlexAttention has no backward on CPUs).
 
     python benchmarks/varlen_attention.py --tokens 16384 32768 --json out.json
 """
@@ -27,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reproduce.model.packed_attention import attend_packed, attend_padded, varlen_available
+from reproduce.model.packed_attention import (FLEX_BLOCK, attend_flex, attend_packed,
+                                              attend_padded, sentence_blocks, varlen_available)
 from reproduce.model.token_layout import TokenLayout
 from profile_table import attention_table
 
@@ -80,6 +85,15 @@ def reference_float64(q, k, v, queries: TokenLayout, keys: TokenLayout, causal: 
     return torch.cat(out)
 
 
+def varlen_tiles(query_lengths: np.ndarray, key_lengths: np.ndarray, causal: bool) -> int:
+    """Tiles of ``FLEX_BLOCK`` x ``FLEX_BLOCK`` tokens that flash computes per head over these
+    sentences, each on its own (causal: a query block's key blocks up to its own)."""
+    query_blocks = -(-np.asarray(query_lengths) // FLEX_BLOCK)
+    if causal:
+        return int((query_blocks * (query_blocks + 1) // 2).sum())
+    return int((query_blocks * -(-np.asarray(key_lengths) // FLEX_BLOCK)).sum())
+
+
 def timed(run, repeats: int, cuda: bool) -> tuple[float, float]:
     """Median milliseconds of ``run()`` and its peak extra memory in MiB (CUDA; 0 on a CPU)."""
     for _ in range(3):
@@ -118,26 +132,39 @@ def measure(kind: str, heads: int, sources, targets, repeats: int, device, dtype
     grad = torch.randn(n, heads, 64, device=device, dtype=dtype)
     row = {"kind": kind, "heads": heads, "sentences": len(sources), "query_tokens": n,
            "key_tokens": m, "padded_queries": queries.padding.numel(),
-           "padded_keys": keys.padding.numel()}
+           "padded_keys": keys.padding.numel(),
+           "varlen_tiles": varlen_tiles(sources if kind == "encoder" else targets,
+                                        targets if kind == "decoder" else sources, causal),
+           "flex_tiles": int(sentence_blocks(queries, keys, causal).kv_num_blocks.sum())}
 
-    def forward_backward(varlen: bool):
+    flex = torch.compile(attend_flex)
+
+    def attend(kernel: str | None):
+        if kernel != "flex":
+            return attend_packed(q, k, v, queries, keys, causal, kernel)
+        fresh = TokenLayout(queries.padding, queries.index)  # its block mask built anew
+        return flex(q, k, v, fresh, fresh if keys is queries else keys, causal)
+
+    def forward_backward(kernel: str | None):
         def run():
-            out = attend_packed(q, k, v, queries, keys, causal, varlen)
-            out.backward(grad)
+            attend(kernel).backward(grad)
             q.grad = k.grad = v.grad = None
         return run
 
-    row["padded_ms"], row["padded_peak_mib"] = timed(forward_backward(False), repeats, cuda)
+    row["padded_ms"], row["padded_peak_mib"] = timed(forward_backward(None), repeats, cuda)
     if varlen_available(q):
-        row["varlen_ms"], row["varlen_peak_mib"] = timed(forward_backward(True), repeats, cuda)
+        for kernel in ("varlen", "flex"):
+            row[f"{kernel}_ms"], row[f"{kernel}_peak_mib"] = timed(forward_backward(kernel),
+                                                                   repeats, cuda)
     with torch.no_grad():
         padded = attend_padded(q, k, v, queries, keys, causal).float()
         if varlen_available(q):
             exact = attend_padded(q.float(), k.float(), v.float(), queries, keys, causal)
-            varlen = attend_packed(q, k, v, queries, keys, causal, True).float()
-            row["varlen_error"] = float((varlen - exact).norm() / exact.norm())
             row["padded_error"] = float((padded - exact).norm() / exact.norm())
-            row["varlen_nan"] = bool(varlen.isnan().any())
+            for kernel in ("varlen", "flex"):
+                packed = attend(kernel).float()
+                row[f"{kernel}_error"] = float((packed - exact).norm() / exact.norm())
+                row[f"{kernel}_nan"] = bool(packed.isnan().any())
         else:
             exact = reference_float64(q, k, v, queries, keys, causal)
             row["padded_error"] = float((padded.double() - exact).norm() / exact.norm())

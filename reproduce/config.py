@@ -460,17 +460,28 @@ class TrainingConfig(Strict):
                     "pass_buckets (a few shapes, each recorded once); changes nothing on CPUs. "
                     "Off until a GPU has run its tests and measured it (BENCHMARKS.md).")
 
-    attention: Literal["auto", "padded", "varlen"] = Field(
+    attention: Literal["auto", "padded", "varlen", "flex"] = Field(
         default="auto",
         description="How attention runs over a pass's sentences: padded (SDPA on a right-padded "
-                    "batch under a key mask, on every device and precision) or varlen (flash "
+                    "batch under a key mask, on every device and precision), varlen (flash "
                     "attention over the packed tokens with their sentence offsets: no padding "
-                    "cells, no mask; CUDA in bf16 or fp16, padded elsewhere). Both compute eq. 1 "
+                    "cells, no mask, a tile of its own for each sentence; CUDA in bf16 or fp16, "
+                    "padded elsewhere) or flex (FlexAttention over the packed tokens in tiles of "
+                    "128 tokens that short sentences share, each query masked to its sentence; "
+                    "CUDA and compiled, padded elsewhere; not yet run on a GPU). All compute eq. 1 "
                     "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
                     "losses as padded, a third of the peak memory for a 32k-token pass of big, "
                     "and faster; BENCHMARKS.md), padded on CPUs, and with pass_buckets until a GPU "
                     "has run packed buckets (varlen with pass_buckets: dummy tokens in rows of "
                     "their own, reproduce/training/batching.py).")
+
+    @model_validator(mode="after")
+    def _flex_compiled(self) -> "TrainingConfig":
+        if self.attention == "flex" and self.compile is False:
+            raise ConfigError(
+                "attention flex needs compile: auto or true (uncompiled, FlexAttention computes "
+                "every query of a pass against every key)")
+        return self
 
     @model_validator(mode="after")
     def _graphs_of_few_compiled_shapes(self) -> "TrainingConfig":

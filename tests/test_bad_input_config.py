@@ -120,6 +120,9 @@ FIELD_CASES = [
     ("training-cuda_graphs-uncompiled", lambda raw: raw["training"].update(
         cuda_graphs=True, pass_buckets=True, compile=False),
      ["cuda_graphs records a graph per pass shape", "compile: auto or true"]),
+    ("training-attention-flex-uncompiled", lambda raw: raw["training"].update(
+        attention="flex", compile=False),
+     ["attention flex needs compile: auto or true", "every query of a pass against every key"]),
     ("training-attention-unknown", _set("training.attention", "flash"),
      ["training.attention", "'flash'"]),
     # decoding

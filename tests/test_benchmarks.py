@@ -234,6 +234,21 @@ def test_a_profiled_steps_flops_split_into_matrix_products_and_attention():
                                          + flops.per_target_token() * 59) / 2
 
 
+def test_the_attention_table_gives_each_packed_kernels_speed_up_over_padded():
+    """A GPU's row of ``varlen_attention.py`` (varlen and flex timed) and a CPU's (padded only)."""
+    gpu = {"query_tokens": 32124, "size": "base", "kind": "encoder", "padded_queries": 128496,
+           "padded_ms": 3.3, "varlen_ms": 1.5, "flex_ms": 0.75, "padded_peak_mib": 1351.0,
+           "varlen_peak_mib": 398.0, "flex_peak_mib": 400.0, "padded_error": 2e-3,
+           "varlen_error": 1.7e-3, "flex_error": 1.8e-3, "varlen_tiles": 1066, "flex_tiles": 513}
+    cpu = {key: gpu[key] for key in ("query_tokens", "size", "kind", "padded_queries",
+                                     "padded_ms", "padded_error", "varlen_tiles", "flex_tiles")}
+    header, _, gpu_line, cpu_line = profile_table.attention_table([gpu, cpu])
+    assert header.count("|") == gpu_line.count("|") == cpu_line.count("|")
+    assert gpu_line == ("| 32,124 | base | encoder | 4.00 | 1,066 / 513 | 3.30 | 1.50 | 0.75 | "
+                        "2.20x / 4.40x | 1,351 / 398 / 400 | 1.7e-03 / 1.8e-03 (2.0e-03) |")
+    assert cpu_line.endswith("| 3.30 | n/a | n/a | n/a | n/a | n/a (2.0e-03 vs float64) |")
+
+
 def test_line_lengths_names_each_files_longest_line(tmp_path):
     """SGM as ``prepare`` reads it (entities unescaped) and plain text; pieces of a BPE learned
     from the files, their end of sentence counted, never fewer than the words."""

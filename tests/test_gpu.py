@@ -493,26 +493,30 @@ def assert_warm_quiet_rounds_do_not_synchronise(trainer: Trainer, rounds: list[d
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("compile_model", [False, True])
-def test_varlen_attention_training_follows_padded_attention_on_the_gpu(corpora, tmp_path,
-                                                                        compile_model):
-    """The same bf16 training (base widths, dropout 0.1) with attention over packed tokens and
-    over the padded batch: the losses of every logged step agree as bf16 training allows. Both
-    loops, eager and compiled (a GPU's default, with varlen), wait for the GPU only where a step
-    logs, evaluates or saves."""
+@pytest.mark.parametrize(("kernel", "compile_model", "pass_buckets"), [
+    ("varlen", False, False), ("varlen", True, False), ("flex", True, False),
+    ("flex", True, True)])
+def test_packed_attention_training_follows_padded_attention_on_the_gpu(
+        corpora, tmp_path, kernel, compile_model, pass_buckets):
+    """The same bf16 training (base widths, dropout 0.1) with attention over packed tokens
+    (varlen, eager and compiled; flex, compiled, unbucketed and in packed buckets) and over the
+    padded batch: the losses of every logged step agree as bf16 training allows. Both loops
+    wait for the GPU only where a step logs, evaluates or saves."""
     losses = {}
-    for attention in ("padded", "varlen"):
-        variant = _base_width_variant(precision="bf16", attention=attention, **QUIET_CADENCE)
+    for attention in ("padded", kernel):
+        variant = _base_width_variant(precision="bf16", pass_buckets=pass_buckets,
+                                      **QUIET_CADENCE)  # eager: flex is asked for compiled
         variant = variant.model_copy(update={"training": variant.training.model_copy(
-            update={"compile": compile_model})})
+            update={"compile": compile_model, "attention": attention})})
         trainer = build_trainer(variant, TINY, *corpora, tmp_path / attention)
+        assert trainer.passes.packed == (None if attention == "padded" else kernel)
         assert_warm_quiet_rounds_do_not_synchronise(trainer,
                                                     run_counting_synchronisations(trainer)[1])
         losses[attention] = [row["train_loss"] for row in read_records(trainer.records.metrics_path)
                              if "train_loss" in row]
-    assert len(losses["varlen"]) == len(losses["padded"]) >= 5
-    for padded, varlen in zip(losses["padded"], losses["varlen"], strict=True):
-        assert abs(varlen - padded) / padded < 0.02, losses
+    assert len(losses[kernel]) == len(losses["padded"]) >= 5
+    for padded, packed in zip(losses["padded"], losses[kernel], strict=True):
+        assert abs(packed - padded) / padded < 0.02, losses
 
 
 @pytest.mark.gpu

@@ -316,15 +316,15 @@ def _sentences(lengths, seed):
     return x, padding
 
 
-@pytest.mark.parametrize("varlen", [False, True])
-def test_an_encoder_layer_is_post_norm_self_attention_then_feed_forward(varlen):
+@pytest.mark.parametrize("packed", [None, "varlen", "flex"])
+def test_an_encoder_layer_is_post_norm_self_attention_then_feed_forward(packed):
     """Section 3.1 and 5.4, each sentence alone: y = LayerNorm(x + MultiHead(x, x, x)),
     out = LayerNorm(y + FFN(y)), written out head by head in float64 against the layer on a
     padded batch (and on packed tokens)."""
     layer = _randomize(EncoderLayer(LAYER_CONFIG))
     lengths = [4, 6, 1]
     x, padding = _sentences(lengths, seed=1)
-    layout = TokenLayout(padding, varlen=varlen)
+    layout = TokenLayout(padding, packed=packed)
     with torch.no_grad():
         out = layout.pad(layer(layout.unpad(x), layout))
         for row, length in enumerate(lengths):
@@ -336,8 +336,8 @@ def test_an_encoder_layer_is_post_norm_self_attention_then_feed_forward(varlen):
             torch.testing.assert_close(out[row, :length], expected, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("varlen", [False, True])
-def test_a_decoder_layer_is_masked_self_attention_cross_attention_then_feed_forward(varlen):
+@pytest.mark.parametrize("packed", [None, "varlen", "flex"])
+def test_a_decoder_layer_is_masked_self_attention_cross_attention_then_feed_forward(packed):
     """Section 3.1: masked self-attention (position i sees positions <= i), attention over the
     encoder's output of the same sentence, the FFN, each in LayerNorm(x + Sublayer(x)); written
     out head by head in float64, each sentence alone."""
@@ -345,8 +345,8 @@ def test_a_decoder_layer_is_masked_self_attention_cross_attention_then_feed_forw
     target_lengths, source_lengths = [5, 2, 3], [3, 6, 1]
     x, padding = _sentences(target_lengths, seed=3)
     memory, memory_padding = _sentences(source_lengths, seed=4)
-    layout = TokenLayout(padding, varlen=varlen)
-    memory_layout = TokenLayout(memory_padding, varlen=varlen)
+    layout = TokenLayout(padding, packed=packed)
+    memory_layout = TokenLayout(memory_padding, packed=packed)
     with torch.no_grad():
         out = layout.pad(layer(layout.unpad(x), layout, memory_layout.unpad(memory),
                                memory_layout))

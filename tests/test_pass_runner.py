@@ -23,22 +23,24 @@ def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict
     return PassRunner(model, variant.training, 0.1, torch.device(device), "bf16"), calls
 
 
-@pytest.mark.parametrize(("device", "training", "compiled", "mode", "varlen"), [
-    ("cpu", {}, False, None, False),
-    ("cuda", {}, True, None, True),
-    ("cuda", {"pass_buckets": True}, True, None, False),
-    ("cuda", {"pass_buckets": True, "cuda_graphs": True}, True, "reduce-overhead", False),
-    ("cpu", {"pass_buckets": True, "cuda_graphs": True, "compile": True}, True, None, False),
-    ("cuda", {"attention": "padded", "compile": False}, False, None, False),
-    ("cuda", {"attention": "varlen", "pass_buckets": True}, True, None, True),
+@pytest.mark.parametrize(("device", "training", "compiled", "mode", "packed"), [
+    ("cpu", {}, False, None, None),
+    ("cuda", {}, True, None, "varlen"),
+    ("cuda", {"pass_buckets": True}, True, None, None),
+    ("cuda", {"pass_buckets": True, "cuda_graphs": True}, True, "reduce-overhead", None),
+    ("cpu", {"pass_buckets": True, "cuda_graphs": True, "compile": True}, True, None, None),
+    ("cuda", {"attention": "padded", "compile": False}, False, None, None),
+    ("cuda", {"attention": "varlen", "pass_buckets": True}, True, None, "varlen"),
+    ("cuda", {"attention": "flex", "pass_buckets": True}, True, None, "flex"),
+    ("cpu", {"attention": "flex"}, False, None, "flex"),
 ])
 def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
-        monkeypatch, device, training, compiled, mode, varlen):
+        monkeypatch, device, training, compiled, mode, packed):
     """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets until
-    a GPU has run packed buckets; asked for, varlen runs with them); ``cuda_graphs`` captures on
-    GPUs only."""
+    a GPU has run packed buckets; asked for, varlen or flex runs with them); ``cuda_graphs``
+    captures on GPUs only."""
     runner, calls = _runner(device, monkeypatch, **training)
-    assert runner.compiled is compiled and runner.varlen is varlen
+    assert runner.compiled is compiled and runner.packed == packed
     assert runner.loss_inside is training.get("cuda_graphs", False)  # captured with the pass
     assert runner.graphs is (mode == "reduce-overhead")
     assert calls == ([{"mode": mode}] if compiled else [])

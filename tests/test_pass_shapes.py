@@ -360,8 +360,8 @@ def test_a_packed_bucketed_pass_under_varlen_attention_changes_neither_loss_nor_
              (bucketed.target_input, bucketed.target_index))]
     assert not ((rows[1] > 0) & (rows[0] == 0)).any()
     results = []
-    for batch, varlen in ((plain, False), (bucketed, True)):
-        results.append(_loss_and_gradients(TeacherForcedStates(model, varlen_attention=varlen),
+    for batch, packed in ((plain, None), (bucketed, "varlen")):
+        results.append(_loss_and_gradients(TeacherForcedStates(model, packed),
                                            batch, config.label_smoothing))
     (loss, gradients), (bucketed_loss, bucketed_gradients) = results
     assert torch.allclose(bucketed_loss, loss, rtol=1e-12, atol=0)

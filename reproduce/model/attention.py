@@ -11,8 +11,8 @@ self-attention, K and V together for encoder-decoder attention. The attention pr
 batch with its kernels chosen there).
 
 Inputs and outputs are always ``[N, d_model]``, the tokens of a :class:`TokenLayout`: projections
-skip padding, and the attention product runs on the packed tokens where the layout's ``varlen``
-asks, else on the padded batch. Incremental decoding is the same form, its new positions a
+skip padding, and the attention product runs on the packed tokens where the layout's ``packed``
+names a kernel, else on the padded batch. Incremental decoding is the same form, its new positions a
 layout without padding (:meth:`TokenLayout.dense`), their keys and values appended to a cache.
 
 Two additions beyond the base model:
@@ -79,10 +79,10 @@ class _HeadsAttention(nn.Module):
         return x.view(batch, length, self.heads, size).transpose(1, 2)
 
     def _packs(self, layout: TokenLayout) -> bool:
-        """Whether a whole-sequence pass over ``layout`` runs on packed tokens (its ``varlen``
-        asks so), rather than on the padded batch: not where attention dropout or a band needs
-        the weights or masks of the padded form."""
-        return layout.varlen and not self.dropout.active() and self.radius is None
+        """Whether a whole-sequence pass over ``layout`` runs on packed tokens (its ``packed``
+        names a kernel), rather than on the padded batch: not where attention dropout or a band
+        needs the weights or masks of the padded form."""
+        return layout.packed is not None and not self.dropout.active() and self.radius is None
 
     def _packed_heads(self, projected: Tensor, size: int) -> Tensor:  # [N, h*size] -> [N, h, size]
         return projected.view(projected.size(0), self.heads, size)
@@ -143,7 +143,7 @@ class SelfAttention(_HeadsAttention):
             context = attend_packed(self._packed_heads(q, self.d_k),
                                     self._packed_heads(k, self.d_k),
                                     self._packed_heads(v, self.d_v), layout, layout, causal,
-                                    varlen=True)
+                                    layout.packed)
             return self._output_packed(context)
         q, k, v = self._heads(x, layout)
         if cache is None:
@@ -228,7 +228,7 @@ class CrossAttention(_HeadsAttention):
             context = attend_packed(self._packed_heads(self.query(x), self.d_k),
                                     self._packed_heads(k, self.d_k),
                                     self._packed_heads(v, self.d_v), layout, memory_layout, False,
-                                    varlen=True)
+                                    layout.packed)
             return self._output_packed(context)
         if cache is not None and "keys" in cache:
             k, v = cache["keys"], cache["values"]  # computed once per sentence

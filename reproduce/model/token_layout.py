@@ -11,7 +11,10 @@ padding, which the key mask hides) and its output is gathered again before ``W^O
 The token positions ``index`` are flat offsets ``b * T + t`` in ascending order. The trainer's
 collate builds them on the host, from the lengths it already knows; without them they are found
 from the padding mask (``nonzero``, one device synchronisation). In training a layout also
-carries each token's dropout key ``noise`` ``[N]`` (:mod:`reproduce.model.dropout`).
+carries each token's dropout key ``noise`` ``[N]`` (:mod:`reproduce.model.dropout`), and the
+kernel that attention over its tokens asks for (``packed``: ``"varlen"`` or ``"flex"``, or None for
+the padded batch; :mod:`reproduce.model.packed_attention`), whose masks it keeps for the pass's
+other layers (``masks``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ class TokenLayout:
     """The tokens of a ``[B, T]`` batch: its padding mask and the tokens' flat positions."""
 
     def __init__(self, padding: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
-                 varlen: bool = False, is_dense: bool = False):
+                 packed: str | None = None, is_dense: bool = False):
         self.padding = padding  # [B, T], True at PAD
         self.noise = noise  # [N] int32: the tokens' dropout keys (training), or None
-        self.varlen = varlen  # attention over these tokens asks for the varlen kernel
+        self.packed = packed  # the kernel attention over these tokens asks for, if any
+        self.masks: dict = {}  # attention's masks over these tokens, built by its first layer
         self.is_dense = is_dense  # no padding at all (:meth:`dense`)
         if index is not None:
             self.index = index  # [N] (otherwise computed on first use)
@@ -45,9 +49,9 @@ class TokenLayout:
 
     @classmethod
     def of(cls, tokens: Tensor, index: Tensor | None = None, noise: Tensor | None = None,
-           varlen: bool = False) -> "TokenLayout":
+           packed: str | None = None) -> "TokenLayout":
         """The layout of right-padded token ids ``[B, T]`` (``index`` if known already)."""
-        return cls(tokens.eq(PAD), index, noise, varlen)
+        return cls(tokens.eq(PAD), index, noise, packed)
 
     @cached_property
     def index(self) -> Tensor:  # [N]: b * T + t of every token, ascending

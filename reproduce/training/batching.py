@@ -186,7 +186,7 @@ def pass_shape(source_sizes: np.ndarray, target_sizes: np.ndarray, max_tokens: i
     tokens. Each size takes few values, so passes take few shapes; the tokens, which the
     matrices compute, take the finest steps.
 
-    ``packed_width`` (attention over packed tokens, ``training.attention: varlen``): there the
+    ``packed_width`` (attention over packed tokens, ``training.attention`` varlen or flex): the
     rows and width size nothing but the pass's id tensors and sentence offsets, so the width is
     always ``packed_width`` (the longest pair training takes) and the rows at least ``max_tokens
     / PACKED_TOKENS_PER_ROW``; only the tokens vary. With no key mask, dummy tokens must stay out

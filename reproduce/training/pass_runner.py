@@ -23,6 +23,14 @@ from reproduce.training.precision import autocast_dtype
 from reproduce.training.teacher_forcing import TeacherForcedLoss, mark_pass_sizes_dynamic
 
 
+def packed_kernel(attention: str, on_gpu: bool, pass_buckets: bool) -> str | None:
+    """The kernel attention over a pass's packed tokens asks for (``training.attention``), or
+    None for the padded batch."""
+    if attention == "auto":
+        return "varlen" if on_gpu and not pass_buckets else None
+    return None if attention == "padded" else attention
+
+
 class PassRunner:
     """``loss(batch, loss_gradient)``: the summed label-smoothed loss of one pass's target tokens
     and, for the gradient its backward will bring (``loss_gradient``), its gradients."""
@@ -32,11 +40,10 @@ class PassRunner:
         self.autocast = autocast_dtype(precision)
         self.device_type = device.type
         on_gpu = device.type == "cuda"
-        self.varlen = training.attention == "varlen" or (
-            training.attention == "auto" and on_gpu and not training.pass_buckets)
+        self.packed = packed_kernel(training.attention, on_gpu, training.pass_buckets)
         self.compiled = training.compile is True or (training.compile == "auto" and on_gpu)
         self.loss_inside = training.cuda_graphs  # the loss joins the compiled (captured) call
-        self.teacher_forced = TeacherForcedLoss(model, label_smoothing, self.varlen,
+        self.teacher_forced = TeacherForcedLoss(model, label_smoothing, self.packed,
                                                 self.compiled)
         teacher_forced = self.teacher_forced if self.loss_inside else self.teacher_forced.states
         self.parallel = distributed.data_parallel(teacher_forced)

@@ -31,20 +31,20 @@ class TeacherForcedStates(nn.Module):
     source_noise [M], target_noise [N])`` -> decoder states at the N target tokens
     ``[N, d_model]``."""
 
-    def __init__(self, model: TranslationModel, varlen_attention: bool = False):
+    def __init__(self, model: TranslationModel, packed_attention: str | None = None):
         super().__init__()
         self.model = model
-        self.varlen_attention = varlen_attention  # reproduce.model.packed_attention
+        self.packed_attention = packed_attention  # reproduce.model.packed_attention's kernel
 
     def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,
                 target_index: Tensor, source_noise: Tensor | None = None,
                 target_noise: Tensor | None = None) -> Tensor:
-        varlen = self.varlen_attention
+        packed = self.packed_attention
         encoded = self.model.encode(source,
-                                    TokenLayout.of(source, source_index, source_noise, varlen))
+                                    TokenLayout.of(source, source_index, source_noise, packed))
         return self.model.target_token_states(
             target_input, encoded,
-            TokenLayout.of(target_input, target_index, target_noise, varlen))
+            TokenLayout.of(target_input, target_index, target_noise, packed))
 
 
 class TeacherForcedLoss(nn.Module):
@@ -57,9 +57,9 @@ class TeacherForcedLoss(nn.Module):
     compiled on its own)."""
 
     def __init__(self, model: TranslationModel, label_smoothing: float,
-                 varlen_attention: bool = False, compiled_chunks: bool = False):
+                 packed_attention: str | None = None, compiled_chunks: bool = False):
         super().__init__()
-        self.states = TeacherForcedStates(model, varlen_attention)
+        self.states = TeacherForcedStates(model, packed_attention)
         self.label_smoothing, self.compiled_chunks = label_smoothing, compiled_chunks
 
     def forward(self, source: Tensor, target_input: Tensor, source_index: Tensor,

@@ -222,7 +222,7 @@ class Trainer:
         if not self.training.pass_buckets:
             return None
         corpus = self.train_corpus
-        packed_width = self.training.max_source_tokens if self.passes.varlen else None
+        packed_width = self.training.max_source_tokens if self.passes.packed else None
         return pass_shape(corpus.source_lengths[indices] + 1, corpus.target_lengths[indices] + 1,
                           self.training.max_tokens_per_device, self.training.pad_to_multiple,
                           packed_width)
