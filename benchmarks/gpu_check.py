@@ -209,8 +209,8 @@ def plan(cuda: bool, logs: Path) -> list[Step]:
             _trainer(logs, "base", [*base, "--cuda-graphs", "--attention", "varlen"], 200,
                      compiled=True, variant="graphs-varlen"),
             # FlexAttention's shared tiles in place of a tile a sentence (not yet run on a GPU)
-            _trainer(logs, "base", [*base, "--attention", "flex"], 200, compiled=True,
-                     variant="flex"),
+            _trainer(logs, "base", [*base, "--attention", "flex", "--pass-buckets"], 200,
+                     compiled=True, variant="flex"),
             _trainer(logs, "base", [*base, "--cuda-graphs", "--attention", "flex"], 200,
                      compiled=True, variant="graphs-flex"),
             _trainer(logs, "small", small, 150, compiled=True),

@@ -137,7 +137,7 @@ def measure(kind: str, heads: int, sources, targets, repeats: int, device, dtype
                                         targets if kind == "decoder" else sources, causal),
            "flex_tiles": int(sentence_blocks(queries, keys, causal).kv_num_blocks.sum())}
 
-    flex = torch.compile(attend_flex)
+    flex = torch.compile(attend_flex, dynamic=False)  # as training compiles it
 
     def attend(kernel: str | None):
         if kernel != "flex":

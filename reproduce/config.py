@@ -468,7 +468,8 @@ class TrainingConfig(Strict):
                     "cells, no mask, a tile of its own for each sentence; CUDA in bf16 or fp16, "
                     "padded elsewhere) or flex (FlexAttention over the packed tokens in tiles of "
                     "128 tokens that short sentences share, each query masked to its sentence; "
-                    "CUDA and compiled, padded elsewhere; not yet run on a GPU). All compute eq. 1 "
+                    "CUDA, compiled and with pass_buckets, padded elsewhere; not yet run on a "
+                    "GPU). All compute eq. 1 "
                     "within each sentence. auto = varlen on GPUs (measured on an H200: the same "
                     "losses as padded, a third of the peak memory for a 32k-token pass of big, "
                     "and faster; BENCHMARKS.md), padded on CPUs, and with pass_buckets until a GPU "
@@ -476,11 +477,13 @@ class TrainingConfig(Strict):
                     "their own, reproduce/training/batching.py).")
 
     @model_validator(mode="after")
-    def _flex_compiled(self) -> "TrainingConfig":
-        if self.attention == "flex" and self.compile is False:
+    def _flex_compiled_in_buckets(self) -> "TrainingConfig":
+        if self.attention == "flex" and (self.compile is False or not self.pass_buckets):
             raise ConfigError(
                 "attention flex needs compile: auto or true (uncompiled, FlexAttention computes "
-                "every query of a pass against every key)")
+                "every query of a pass against every key) and pass_buckets: true (a few pass "
+                "shapes, each compiled on its own: under symbolic sizes FlexAttention computed "
+                "wrong attention on torch 2.6)")
         return self
 
     @model_validator(mode="after")

@@ -121,8 +121,10 @@ FIELD_CASES = [
         cuda_graphs=True, pass_buckets=True, compile=False),
      ["cuda_graphs records a graph per pass shape", "compile: auto or true"]),
     ("training-attention-flex-uncompiled", lambda raw: raw["training"].update(
-        attention="flex", compile=False),
+        attention="flex", compile=False, pass_buckets=True),
      ["attention flex needs compile: auto or true", "every query of a pass against every key"]),
+    ("training-attention-flex-without-pass_buckets", _set("training.attention", "flex"),
+     ["attention flex needs", "pass_buckets: true", "symbolic sizes"]),
     ("training-attention-unknown", _set("training.attention", "flash"),
      ["training.attention", "'flash'"]),
     # decoding

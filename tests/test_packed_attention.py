@@ -80,13 +80,14 @@ TILED_CASES = [("encoder", [5, 1, 19, 3, 40, 2, 17], [5, 1, 19, 3, 40, 2, 17], F
 @pytest.mark.parametrize(("kind", "q_lengths", "k_lengths", "causal"), TILED_CASES)
 def test_flex_attention_in_tiles_of_several_sentences_equals_each_sentence_alone(
         kind, q_lengths, k_lengths, causal):
-    """FlexAttention over the packed tokens in tiles of 16, compiled on the CPU (its kernel
-    computes only the tiles the block mask lists, as on a GPU; forward only there), float32,
-    against eq. 1 for each sentence alone in float64."""
+    """FlexAttention over the packed tokens in tiles of 16, compiled on the CPU for these sizes
+    as training compiles it (its kernel computes only the tiles the block mask lists, as on a
+    GPU; forward only there), float32, against eq. 1 for each sentence alone in float64."""
     torch.manual_seed(0)
     q = torch.randn(sum(q_lengths), 3, 8)
     k, v = torch.randn(sum(k_lengths), 3, 8), torch.randn(sum(k_lengths), 3, 8)
-    out = torch.compile(attend_flex)(q, k, v, _layout(q_lengths), _layout(k_lengths), causal, 16)
+    out = torch.compile(attend_flex, dynamic=False)(q, k, v, _layout(q_lengths),
+                                                    _layout(k_lengths), causal, 16)
     torch.testing.assert_close(out.double(), _alone(q, k, v, q_lengths, k_lengths, causal),
                                rtol=0, atol=1e-5)
 
@@ -159,8 +160,8 @@ def test_packed_attention_on_the_gpu_follows_the_padded_reference(kind, q_length
     exact_grads = torch.autograd.grad(exact, leaves, grad.float())
     runs = ({"varlen": lambda: attend_packed(q, k, v, queries, keys, causal, "varlen")}
             if kernel == "varlen" else
-            {block: lambda block=block: torch.compile(attend_flex)(q, k, v, queries, keys, causal,
-                                                                   block)
+            {block: lambda block=block: torch.compile(attend_flex, dynamic=False)(
+                q, k, v, queries, keys, causal, block)
              for block in (128, 16)})
     for run in runs.values():
         out = run()

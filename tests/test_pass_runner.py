@@ -32,18 +32,20 @@ def _runner(device: str, monkeypatch, **training) -> tuple[PassRunner, list[dict
     ("cuda", {"attention": "padded", "compile": False}, False, None, None),
     ("cuda", {"attention": "varlen", "pass_buckets": True}, True, None, "varlen"),
     ("cuda", {"attention": "flex", "pass_buckets": True}, True, None, "flex"),
-    ("cpu", {"attention": "flex"}, False, None, "flex"),
+    ("cpu", {"attention": "flex", "pass_buckets": True}, False, None, "flex"),
 ])
 def test_the_runner_compiles_captures_and_packs_as_the_settings_and_device_say(
         monkeypatch, device, training, compiled, mode, packed):
     """``auto`` compiles on GPUs and runs varlen attention there (padded with pass_buckets until
     a GPU has run packed buckets; asked for, varlen or flex runs with them); ``cuda_graphs``
-    captures on GPUs only."""
+    captures on GPUs only. Compiled, sizes are symbols, except under flex (a graph for each
+    bucket shape)."""
     runner, calls = _runner(device, monkeypatch, **training)
     assert runner.compiled is compiled and runner.packed == packed
+    dynamic = False if packed == "flex" else None
     assert runner.loss_inside is training.get("cuda_graphs", False)  # captured with the pass
     assert runner.graphs is (mode == "reduce-overhead")
-    assert calls == ([{"mode": mode}] if compiled else [])
+    assert calls == ([{"mode": mode, "dynamic": dynamic}] if compiled else [])
 
 
 @pytest.mark.parametrize(("graphs", "passes", "handed_over"), [
@@ -77,3 +79,23 @@ def test_only_the_last_pass_of_a_step_all_reduces_its_gradients_across_ranks():
     assert isinstance(PassRunner.gradients_held(runner, last=True), nullcontext)
     alone = SimpleNamespace(parallel=None)
     assert isinstance(PassRunner.gradients_held(alone, last=False), nullcontext)
+
+
+def test_under_flex_a_passs_sizes_are_not_marked_as_symbols(monkeypatch):
+    """FlexAttention's pass is compiled for each bucket shape: its sizes are not marked dynamic
+    (under symbolic sizes torch 2.6 computed wrong attention); other compiled passes' are."""
+    from reproduce.training import pass_runner
+
+    marked = []
+    monkeypatch.setattr(pass_runner, "mark_pass_sizes_dynamic", lambda *inputs: marked.append(1))
+    for attention, expected in (("flex", []), ("varlen", [1])):
+        runner, _ = _runner("cpu", monkeypatch, attention=attention, pass_buckets=True,
+                            compile=True)
+        batch = SimpleNamespace(source=None, target_input=None, source_index=None,
+                                target_index=None, source_noise=None, target_noise=None)
+        runner.forward = lambda *inputs: torch.zeros(1, 4)
+        runner.teacher_forced.loss_of = lambda *arguments: torch.zeros(())
+        marked.clear()
+        runner.loss(SimpleNamespace(**vars(batch), target_output=None, target_weight=None),
+                    torch.ones(()))
+        assert marked == expected, attention

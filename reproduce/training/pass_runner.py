@@ -5,7 +5,10 @@ The runner is built from the settings once: attention over packed tokens or over
 batch (``training.attention``), DistributedDataParallel where there are several ranks,
 ``torch.compile`` where ``training.compile`` says, and CUDA graphs of each pass shape where
 ``training.cuda_graphs`` does, the loss then inside the compiled call so that a graph holds it
-too; the trainer hands it one collated pass at a time. It holds no
+too; the trainer hands it one collated pass at a time. A compiled pass takes its sizes as
+symbols, one graph for every size, except under FlexAttention: there it is compiled once for
+each of the few bucket shapes (FlexAttention under symbolic sizes computed wrong attention on
+torch 2.6, tests/test_packed_attention.py). It holds no
 state of the run: checkpoints save the plain model it wraps.
 """
 
@@ -50,7 +53,9 @@ class PassRunner:
         wrapped = self.parallel or teacher_forced
         self.graphs = self.compiled and training.cuda_graphs and on_gpu
         mode = "reduce-overhead" if self.graphs else None  # a CUDA graph per pass shape
-        self.forward = torch.compile(wrapped, mode=mode) if self.compiled else wrapped
+        self.symbolic_sizes = self.packed != "flex"
+        self.forward = (torch.compile(wrapped, mode=mode, dynamic=None if self.symbolic_sizes
+                                      else False) if self.compiled else wrapped)
 
     def gradients_held(self, last: bool) -> AbstractContextManager:
         """Where several ranks run: a pass before the step's last keeps its gradients on this
@@ -62,7 +67,7 @@ class PassRunner:
                   batch.source_noise, batch.target_noise)
         if self.loss_inside:
             inputs += (batch.target_output, batch.target_weight)
-        if self.compiled:
+        if self.compiled and self.symbolic_sizes:
             mark_pass_sizes_dynamic(*inputs)
         if self.graphs:  # the previous pass's graph outputs are no longer read
             torch.compiler.cudagraph_mark_step_begin()
