@@ -371,6 +371,10 @@ CASES = [
      lambda w: _train(w, **{"--dev-data": _encoded_with_long_dev_line(w)}),
      ["encoded-long-line (the encoded dev split, decoded after training) line 2: 1025 pieces",
       "decoding.max_source_pieces=1024"]),
+    ("train-test-line-too-long-to-decode", "train",
+     lambda w: _train(w, **{"--test-data": _encoded_with_long_dev_line(w)}),
+     ["encoded-long-line (the encoded test split, decoded after training) line 2: 1025 pieces",
+      "decoding.max_source_pieces=1024"]),
     ("train-model-too-large-for-memory", "train",
      lambda w: _train(w, **{"--experiment": _bad_experiment(
          w, lambda raw: raw["model"].update(d_model=32768, d_ff=2**24))}),

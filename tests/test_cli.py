@@ -122,7 +122,7 @@ def launched(tmp_path, monkeypatch) -> list[dict]:
     calls: list[dict] = []
     monkeypatch.setattr("reproduce.training.launch.launch_training",
                         lambda **options: calls.append(options))
-    for split in ("train", "dev"):
+    for split in ("train", "dev", "test"):
         (tmp_path / split).mkdir()
     threads = torch.get_num_threads()
     yield calls
@@ -139,15 +139,16 @@ def test_train_hands_every_option_to_the_launcher(tmp_path, launched):
     """No option of ``train`` is dropped on its way: the seed chosen, the splits each in its
     place, the launcher, its tasks and threads, and --restart."""
     _train(tmp_path, "--seed", "2", "--launcher", "local", "--tasks", "3", "--threads", "2",
-           "--restart", "--slurm", "slurm_partition=gpu")
+           "--restart", "--slurm", "slurm_partition=gpu", "--test-data", str(tmp_path / "test"))
     [options] = launched
     variant = options.pop("variant")
     assert (variant.name, variant.training.seed) == ("base", 2)
     assert options.pop("slurm").slurm_partition == "gpu"
     assert options.pop("experiment").name == "tiny"
     assert options == {"train_dir": tmp_path / "train", "dev_dir": tmp_path / "dev",
-                       "output_dir": tmp_path / "out", "results_dir": tmp_path / "results",
-                       "launcher": "local", "tasks": 3, "threads": 2, "restart": True}
+                       "test_dir": tmp_path / "test", "output_dir": tmp_path / "out",
+                       "results_dir": tmp_path / "results", "launcher": "local", "tasks": 3,
+                       "threads": 2, "restart": True}
 
 
 def test_train_without_options_trains_the_first_seed_inline_without_restarting(tmp_path,
@@ -157,8 +158,8 @@ def test_train_without_options_trains_the_first_seed_inline_without_restarting(t
     _train(tmp_path)
     [options] = launched
     assert options["variant"].training.seed == 1
-    assert (options["launcher"], options["tasks"], options["threads"], options["restart"]) == (
-        "inline", 1, 1, False)
+    assert (options["launcher"], options["tasks"], options["threads"], options["restart"],
+            options["test_dir"]) == ("inline", 1, 1, False, None)
 
 
 def test_summarize_writes_the_dev_and_test_scores_each_under_its_split(tmp_path):

@@ -133,6 +133,7 @@ def _workflow(folder: Path, launcher: str, tasks: int) -> Path:
     encoded = workdir / "results/tiny/encoded"
     random_corpus(encoded / "train", 400, seed=1)
     random_corpus(encoded / "dev", 40, seed=2)
+    random_corpus(encoded / "test", 40, seed=3)  # read by training for its lengths alone
     return workdir
 
 

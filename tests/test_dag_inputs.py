@@ -533,8 +533,10 @@ def test_bpe_is_learned_from_the_training_data_alone(paper_jobs):
     assert train_bpe["input"] == {f"{data}.src", f"{data}.tgt"}
     assert (train_bpe["options"]["--source"], train_bpe["options"]["--target"]) == (
         [f"{data}.src"], [f"{data}.tgt"])
-    assert paper_jobs["train", "base"]["input"] == {f"{PAPER}/encoded/train",
-                                                    f"{PAPER}/encoded/dev"}
+    # training learns from train, is checked on dev, and reads test only for its lines' lengths
+    # (refused before training if too long to decode: the command's --test-data)
+    train = paper_jobs["train", "base"]
+    assert train["input"] == {f"{PAPER}/encoded/{split}" for split in ("train", "dev", "test")}
 
 
 def test_dev_is_scored_with_the_last_weights_and_test_with_the_averaged_ones(paper_jobs):
@@ -661,12 +663,12 @@ def test_raised_steps_leave_a_stale_training_as_it_is(trained):
 def test_the_trainer_learns_from_the_training_split_and_is_checked_on_dev(trained):
     """The train rule's wrapper (workflow/scripts/train.py) logs the command it ran first: dev
     given as training data, or train as dev data, would run without an error and skew the
-    training or its dev curve (the tables' plot)."""
+    training or its dev curve (the tables' plot); the test split is given to be checked only."""
     command = shlex.split((trained / "results/logs/tiny/train_base_seed1.log").read_text()
                           .splitlines()[0])
     options = dict(zip(command[4::2], command[5::2], strict=True))
     assert command[1:4] == ["-m", "reproduce", "train"]
     assert options == options | {
         "--train-data": "results/tiny/encoded/train", "--dev-data": "results/tiny/encoded/dev",
-        "--variant": "base", "--seed": "1", "--out-dir": "results/tiny/base/seed-1",
-        "--launcher": "inline"}
+        "--test-data": "results/tiny/encoded/test", "--variant": "base", "--seed": "1",
+        "--out-dir": "results/tiny/base/seed-1", "--launcher": "inline"}

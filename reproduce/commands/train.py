@@ -37,6 +37,9 @@ def _train(commands: argparse._SubParsersAction) -> None:
     add_seed(sub)
     sub.add_argument("--train-data", required=True, type=existing_dir, help="encoded train split")
     sub.add_argument("--dev-data", required=True, type=existing_dir, help="encoded dev split")
+    sub.add_argument("--test-data", type=existing_dir,
+                     help="encoded test split, read only to refuse before training a line that "
+                          "evaluation, which decodes it after training, would refuse as too long")
     sub.add_argument("--out-dir", required=True,
                      help="the folder of the variant's training with this seed")
     sub.add_argument("--results", required=True, help="results root (holds the MLflow store)")
@@ -68,6 +71,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         variant=variant,
         train_dir=Path(args.train_data),
         dev_dir=Path(args.dev_data),
+        test_dir=None if args.test_data is None else Path(args.test_data),
         output_dir=Path(args.out_dir),
         results_dir=Path(args.results),
         launcher=args.launcher,

@@ -61,7 +61,7 @@ from reproduce.training import distributed
 from reproduce.training.checkpoints import set_aside
 from reproduce.training.interruption import (STOP_SIGNALS, Interruption, WatchedProcess,
                                              process_to_stop_with, stop_request_path)
-from reproduce.training.preflight import check_dev_decodable, check_fits, check_not_empty
+from reproduce.training.preflight import check_decodable, check_fits, check_not_empty
 from reproduce.training.slurm_request import SlurmRequest
 from reproduce.training.assembly import build_trainer
 from reproduce.training.variant_lock import VariantLock
@@ -281,9 +281,11 @@ def launch_training(
     threads: int = 1,
     stop_after_steps: int | None = None,
     restart: bool = False,
+    test_dir: Path | None = None,
 ) -> dict | None:
     """Train ``variant`` with ``launcher`` (``tasks`` local processes; one Slurm job as ``slurm``
-    asks); with ``restart``, its checkpoints and train/ are first moved aside
+    asks), its dev split (and ``test_dir``'s, if given) first checked for lines too long to
+    decode; with ``restart``, its checkpoints and train/ are first moved aside
     (:func:`reproduce.training.checkpoints.set_aside`), so that training starts from step 0."""
     from reproduce.tracking import prepare_store
 
@@ -292,7 +294,9 @@ def launch_training(
     # Refuses a URI that cannot work, in seconds, before training; a silent server is a warning.
     prepare_store(results_dir, wait_for_server=True)
     check_not_empty(train_dir, "train")
-    check_dev_decodable(check_not_empty(dev_dir, "dev"), dev_dir, variant)
+    check_decodable(check_not_empty(dev_dir, "dev"), dev_dir, "dev", variant)
+    if test_dir is not None:
+        check_decodable(check_not_empty(test_dir, "test"), test_dir, "test", variant)
     if restart:
         with VariantLock(output_dir):
             set_aside(output_dir)

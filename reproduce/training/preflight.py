@@ -2,8 +2,8 @@
 submitted or a tracking run is opened, so that the answer is one line, not a traceback an hour in.
 
 - An encoded split without a sentence pair (a prepared file emptied by cleaning, say).
-- A dev line that evaluation, which decodes the dev split after training, would refuse as too
-  long to decode.
+- A dev or test line that evaluation, which decodes both splits after training, would refuse
+  as too long to decode.
 - A model whose parameters, gradients and Adam's two moments alone exceed the memory the run may
   use: the sure part of training's memory. Activations come on top and are not estimated, so a
   model that passes may still run out of memory; one that fails this check cannot fit.
@@ -46,12 +46,14 @@ def check_not_empty(directory: Path, split: str) -> EncodedCorpus:
     return corpus
 
 
-def check_dev_decodable(dev: EncodedCorpus, directory: Path, variant: ResolvedVariant) -> None:
-    """Refuse a dev line longer than decoding takes (:func:`check_source_lengths`): evaluation
-    decodes the dev split with the trained model, and would refuse it only after training."""
-    check_source_lengths(dev.source_lengths + 1, variant.decoding.max_source_pieces,  # + EOS
+def check_decodable(corpus: EncodedCorpus, directory: Path, split: str,
+                    variant: ResolvedVariant) -> None:
+    """Refuse a dev or test line longer than decoding takes (:func:`check_source_lengths`):
+    evaluation decodes both splits with the trained model, and would refuse it only after
+    training."""
+    check_source_lengths(corpus.source_lengths + 1, variant.decoding.max_source_pieces,  # + EOS
                          variant.model.position_limit,
-                         f"{directory} (the encoded dev split, decoded after training)")
+                         f"{directory} (the encoded {split} split, decoded after training)")
 
 
 def training_state_bytes(config: ModelConfig, vocab_size: int) -> int:

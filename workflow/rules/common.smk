@@ -197,18 +197,21 @@ def made_by_data_steps(**patterns):
 
 
 def training_inputs(wildcards):
-    """The encoded train and dev splits (made_by_data_steps). A stale training missing some of
-    its outputs is refused here, while Snakemake plans, before it would delete the others to
-    rerun it (the trainer would refuse its checkpoints)."""
+    """The encoded train and dev splits (made_by_data_steps), and the test split, which training
+    reads only to refuse a line too long to decode before it starts: ancient, so that a test set
+    made again retrains nothing. A stale training missing some of its outputs is refused here,
+    while Snakemake plans, before it would delete the others to rerun it (the trainer would
+    refuse its checkpoints)."""
     folder, summary, settings = _finished_training(
         wildcards.dataset, wildcards.variant, wildcards.seed
     )
     if not _trained(folder):
         refuse_stale_training(folder, summary, settings)
-    return made_by_data_steps(
+    inputs = made_by_data_steps(
         train=f"{RESULTS}/{{dataset}}/encoded/train",
         dev=f"{RESULTS}/{{dataset}}/encoded/dev",
     )(wildcards)
+    return inputs | {"test": ancient(f"{RESULTS}/{wildcards.dataset}/encoded/test")}
 
 
 def stale_trainings(wildcards):

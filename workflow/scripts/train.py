@@ -31,6 +31,7 @@ def train_command() -> list[str]:
         "--experiment", job.params.experiment, "--variant", job.wildcards.variant,
         "--seed", job.wildcards.seed,
         "--train-data", job.input.train, "--dev-data", job.input.dev,
+        "--test-data", job.input.test,
         "--out-dir", job.params.out_dir, "--results", job.params.results,
         "--launcher", job.params.launcher, "--tasks", str(job.params.tasks),
         "--threads", str(job.threads),
