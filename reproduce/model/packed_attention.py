@@ -12,8 +12,9 @@ ways compute the same function:
 * **flex**: FlexAttention over the packed tokens, whose tiles are blocks of 128 consecutive
   tokens whatever sentences they hold: a block of queries meets only the key blocks of its own
   sentences (:func:`sentence_blocks`), and a mask within them keeps each query to its sentence.
-  Short sentences share tiles, so about half of varlen's tile work at WMT lengths. CUDA only,
-  and only compiled (uncompiled, FlexAttention computes every query against every key);
+  Short sentences share tiles: over synthetic WMT-length passes, 11-66% fewer tiles than
+  varlen's, the fewer the shorter the sentences (BENCHMARKS.md). CUDA only, and only compiled
+  (uncompiled, FlexAttention computes every query against every key);
 * **padded** (the reference, on every device and precision): the tokens scattered into a
   right-padded ``[B, h, T, d]`` batch, SDPA with the key-padding mask (or ``is_causal``: right
   padding follows every real query, so the causal mask hides it already), gathered back.
@@ -41,7 +42,6 @@ from reproduce.model.token_layout import TokenLayout
 PADDED_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 VARLEN_DTYPES = (torch.bfloat16, torch.float16)
 FLEX_BLOCK = 128  # tokens a side of FlexAttention's tiles, its kernels' default
-PACKED_KERNELS = ("varlen", "flex")
 
 
 def varlen_available(q: Tensor) -> bool:
@@ -100,8 +100,8 @@ def _causal_argument() -> str:
 def attend_flex(q: Tensor, k: Tensor, v: Tensor, queries: TokenLayout, keys: TokenLayout,
                 causal: bool, block: int = FLEX_BLOCK) -> Tensor:
     """FlexAttention over the packed tokens, its tiles ``block`` tokens a side
-    (:func:`sentence_blocks`); forward only on a CPU (compiled there, its tiles are kept to as
-    on a GPU)."""
+    (:func:`sentence_blocks`). On a CPU forward only (FlexAttention has no CPU backward);
+    compiled there, it computes only the listed tiles, as on a GPU."""
     # the pass's other layers meet the same tiles: a layout's queries attend to themselves or
     # to one other layout (the decoder's, to the encoder's output)
     key = ("flex", keys is queries, causal, block)
