@@ -121,14 +121,11 @@ def sentence_blocks(queries: TokenLayout, keys: TokenLayout, causal: bool,
     tile a query keeps to its own sentence's keys (and, causal, the earlier ones). Built on the
     device from the layouts, no host synchronisation."""
     n, m = queries.index.numel(), keys.index.numel()
-    # each token's sentence (its row of the batch) and position in it, for whole tiles: the
-    # positions after the last token, which a tile reaches, are in no sentence (nor the same
-    # one on both sides)
+    # each token's sentence (its row of the batch), for whole tiles: the positions after the
+    # last token, which a tile reaches, are in no sentence (nor the same one on both sides)
     query_rows = _whole_tiles(torch.div(queries.index, queries.length, rounding_mode="floor"),
                               block, -1)
     key_rows = _whole_tiles(torch.div(keys.index, keys.length, rounding_mode="floor"), block, -2)
-    query_positions = _whole_tiles(queries.positions(), block, 0)
-    key_positions = _whole_tiles(keys.positions(), block, 0)
     query_blocks, key_blocks = -(-n // block), -(-m // block)
     device = query_rows.device
     first = torch.arange(query_blocks, device=device) * block  # each query block's first token
@@ -144,7 +141,8 @@ def sentence_blocks(queries: TokenLayout, keys: TokenLayout, causal: bool,
 
     def same_sentence(batch, head, query, key):
         allowed = query_rows[query] == key_rows[key]
-        return allowed & (key_positions[key] <= query_positions[query]) if causal else allowed
+        # causal self-attention: within a sentence, token order is position order
+        return allowed & (key <= query) if causal else allowed
 
     return BlockMask.from_kv_blocks(counts[None, None], indices[None, None], BLOCK_SIZE=block,
                                     mask_mod=same_sentence, seq_lengths=(n, m))
